@@ -109,12 +109,18 @@ static bool text_of(ex *e, val v, val *out, const char *name) {
 }
 
 /* What a filter iterates over (list, join, select, reject): undefined as empty, as jinja2's
- * Undefined iterates. NULL after a failure; *n the count. */
+ * Undefined iterates; a generator is consumed (zt_chat_consume). NULL after a failure; *n the
+ * count. */
 static val *iterate(ex *e, const char *filter, val v, int *n) {
     *n = v.k == V_UNDEF ? 0 : zt_chat_items(v, NULL);
     if (*n < 0) {
         zt_chat_fail(e, ZT_ERR_INVALID, "filter '%s' of a %s, which is not iterable", filter,
                      zt_chat_type_name(v));
+        return NULL;
+    }
+    char why[256];
+    if (!zt_chat_consume(v, why)) {
+        zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "filter '%s': %s", filter, why);
         return NULL;
     }
     val *items = (val *)(void *)zt_chat_alloc(e->r, (size_t)(*n ? *n : 1) * sizeof *items);
@@ -135,10 +141,16 @@ static val make_list(ex *e, const val *items, int n) {
     return out;
 }
 
-/* What jinja2 gives as a generator (select, reject, map, items) or a tuple (items' pairs): a
- * list here, marked so that it is not printed as one. */
+/* What jinja2 gives as a tuple (items' pairs): a list here, marked so that it is not printed
+ * as one. */
 static val not_list(ex *e, val v) {
     return e->st == ZT_OK && v.k == V_LIST ? zt_chat_not_list(v) : v;
+}
+
+/* What jinja2 gives as a generator (select, reject, map, items): a list made at once, marked so
+ * that it is neither printed, counted nor used twice as one (ZT_CHAT_GENERATOR). */
+static val generator(ex *e, val v) {
+    return e->st == ZT_OK && v.k == V_LIST ? zt_chat_generator(v) : v;
 }
 
 static val trim(ex *e, val v) {
@@ -322,7 +334,7 @@ static val case_filter(ex *e, val v, const char *name) {
 }
 
 static val length(ex *e, val v) {
-    if (v.k == V_LIST) return zt_chat_int(v.count);
+    if (v.k == V_LIST && !zt_chat_is_generator(v)) return zt_chat_int(v.count);
     if (v.k == V_DICT) return zt_chat_int(cJSON_GetArraySize(v.j));
     if (v.k == V_UNDEF) return zt_chat_int(0);
     if (v.k == V_STR) /* code points, as Python's len */
@@ -331,10 +343,10 @@ static val length(ex *e, val v) {
                         zt_chat_type_name(v));
 }
 
-/* items: an object's (key, value) pairs, as two-item lists (the subset has no tuples). */
+/* items: a generator of an object's (key, value) pairs, tuples (lists marked not to print). */
 static val items(ex *e, val v) {
     if (v.k == V_UNDEF)
-        return not_list(e, make_list(e, NULL, 0));
+        return generator(e, make_list(e, NULL, 0));
     if (v.k != V_DICT)
         return zt_chat_fail(e, ZT_ERR_INVALID, "Can only get item pairs from a mapping.");
     int n = cJSON_GetArraySize(v.j), k = 0;
@@ -346,7 +358,7 @@ static val items(ex *e, val v) {
         val pair[2] = {zt_chat_str(x->string, strlen(x->string)), zt_chat_from_json(x)};
         pairs[k++] = not_list(e, make_list(e, pair, 2));
     }
-    return e->st == ZT_OK ? not_list(e, make_list(e, pairs, n)) : (val){.k = V_UNDEF};
+    return e->st == ZT_OK ? generator(e, make_list(e, pairs, n)) : (val){.k = V_UNDEF};
 }
 
 /* join(d='', attribute=None): the items as text with d between them. */
@@ -377,8 +389,7 @@ static val join(ex *e, val v, const val slot[MAX_PARAMS], const bool given[MAX_P
 }
 
 /* select/reject(test, args...): the items the test passes (or fails); with no test, the truthy
- * (or falsy) ones; selectattr/rejectattr test each item's attribute. A list, where jinja2 gives a generator: `|list` is the same, `|length` of it
- * is refused by jinja2 and counted here. */
+ * (or falsy) ones; selectattr/rejectattr test each item's attribute. A generator, as jinja2's. */
 static val select(ex *e, val v, bool keep, bool attr, const zt_chat_arg *args, int nargs) {
     val name = {.k = V_NONE};
     if (attr) { /* selectattr/rejectattr(name, test, args...): the test of each item's name */
@@ -401,7 +412,7 @@ static val select(ex *e, val v, bool keep, bool attr, const zt_chat_arg *args, i
         if (zt_chat_truthy(t) == keep)
             all[kept++] = all[k];
     }
-    return all && e->st == ZT_OK ? not_list(e, make_list(e, all, kept)) : (val){.k = V_UNDEF};
+    return all && e->st == ZT_OK ? generator(e, make_list(e, all, kept)) : (val){.k = V_UNDEF};
 }
 
 /* tojson(ensure_ascii=False, indent=None, separators=None, sort_keys=False): transformers'
@@ -436,13 +447,19 @@ static val tojson(ex *e, val v, const val slot[MAX_PARAMS], const bool given[MAX
     }
     char why[256];
     val out;
+    if (zt_chat_is_generator(v))
+        return zt_chat_fail(e, ZT_ERR_INVALID, "Object of type generator is not JSON "
+                            "serializable");
     if (!zt_chat_json_dump(e->r, v, &o, &out, why))
         return zt_chat_fail(e, v.k == V_FLOAT ? ZT_ERR_UNSUPPORTED : ZT_ERR_INVALID, "%s", why);
     return out;
 }
 
-/* first and last: an item of what v iterates; undefined when there is none. */
+/* first and last: an item of what v iterates; undefined when there is none. last takes
+ * Python's reversed(), which a generator refuses. */
 static val end_item(ex *e, val v, bool last) {
+    if (last && zt_chat_is_generator(v))
+        return zt_chat_fail(e, ZT_ERR_INVALID, "'generator' object is not reversible");
     int n;
     val *all = iterate(e, last ? "last" : "first", v, &n);
     if (!all)
@@ -453,7 +470,7 @@ static val end_item(ex *e, val v, bool last) {
 }
 
 /* map(attribute='x'[, default=d]) takes each item's attribute (d where it has none);
- * map('filter', args...) applies the filter to each item. A list, as select's. */
+ * map('filter', args...) applies the filter to each item. A generator, as select's. */
 static val map(ex *e, val v, const zt_chat_arg *args, int nargs) {
     const zt_chat_arg *attr = NULL, *dflt = NULL;
     for (int k = 0; k < nargs; k++) {
@@ -482,7 +499,7 @@ static val map(ex *e, val v, const zt_chat_arg *args, int nargs) {
         if (attr && dflt && all[k].k == V_UNDEF)
             all[k] = dflt->v;
     }
-    return all && e->st == ZT_OK ? not_list(e, make_list(e, all, n)) : (val){.k = V_UNDEF};
+    return all && e->st == ZT_OK ? generator(e, make_list(e, all, n)) : (val){.k = V_UNDEF};
 }
 
 val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *args,
@@ -587,7 +604,8 @@ val zt_chat_test(ex *e, val v, const char *t, size_t n, const zt_chat_arg *args,
     else if (!strcmp(w, "string")) r = v.k == V_STR;
     else if (!strcmp(w, "mapping")) r = v.k == V_DICT;
     /* Undefined has __iter__ and __len__: jinja2 finds it iterable and a sequence */
-    else if (!strcmp(w, "iterable") || !strcmp(w, "sequence")) r = seq;
+    else if (!strcmp(w, "iterable")) r = seq;
+    else if (!strcmp(w, "sequence")) r = seq && !zt_chat_is_generator(v); /* no len() */
     else if (!strcmp(w, "number")) r = v.k == V_INT || v.k == V_FLOAT || v.k == V_BOOL;
     else if (!strcmp(w, "integer")) r = v.k == V_INT || (v.k == V_FLOAT && v.b);
     else if (!strcmp(w, "float")) r = v.k == V_FLOAT && !v.b;

@@ -113,6 +113,7 @@ static const char *const DICT_MUTATORS[] = {"clear", "pop", "popitem", "setdefau
 static const char *const LIST_METHODS[] = {"copy", "count", "index", NULL};
 static const char *const LIST_MUTATORS[] = {"append", "clear", "extend", "insert", "pop",
                                             "remove", "reverse", "sort", NULL};
+static const char *const GENERATOR_METHODS[] = {"close", "send", "throw", NULL};
 
 static bool named(const char *const *names, const char *name, size_t n) {
     for (; *names; names++)
@@ -128,6 +129,12 @@ val zt_chat_attribute(ex *e, val v, const char *name, size_t n) {
         return v;
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
+    if (zt_chat_is_generator(v)) /* its methods and gi_ attributes, which the subset lacks */
+        return named(GENERATOR_METHODS, name, n) || (n > 3 && !memcmp(name, "gi_", 3))
+                   ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'.%.*s' of a generator is not "
+                                  "supported", (int)n, name)
+                   : zt_chat_undefined(e, "'generator object' has no attribute '%.*s'", (int)n,
+                                       name);
     const char *type = v.k == V_STR ? "str" : v.k == V_DICT ? "dict" : v.k == V_LIST ? "list"
                                                                                    : NULL;
     if ((v.k == V_DICT && named(DICT_MUTATORS, name, n)) ||
@@ -185,8 +192,10 @@ val zt_chat_subscript(ex *e, val v, val key) {
         return j ? zt_chat_from_json(j)
                  : zt_chat_undefined(e, "'dict object' has no attribute '%.*s'", (int)key.n, key.s);
     }
+    /* a generator has no items by index: Python's TypeError, which jinja2's getitem makes
+     * undefined */
     long long i;
-    if ((v.k == V_LIST || v.k == V_STR) && as_int(key, &i)) {
+    if (((v.k == V_LIST && !zt_chat_is_generator(v)) || v.k == V_STR) && as_int(key, &i)) {
         long long len = v.k == V_LIST ? v.count : zt_chat_items(v, NULL);
         long long at = i < 0 ? len + i : i;
         if (at < 0 || at >= len)
@@ -228,6 +237,9 @@ val zt_chat_slice(ex *e, val v, val a, val b, val c) {
         return v;
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
+    /* jinja2 compiles a slice to Python's own, whose TypeError it does not catch */
+    if (zt_chat_is_generator(v))
+        return zt_chat_fail(e, ZT_ERR_INVALID, "'generator' object is not subscriptable");
     long long step = 1, len = v.k == V_LIST ? v.count : v.k == V_STR ? zt_chat_items(v, NULL) : 0;
     bool ok = v.k == V_LIST || v.k == V_STR;
     val bound[3] = {a, b, c};
@@ -394,6 +406,11 @@ static bool contains(ex *e, val hay, val needle) {
         return false;
     }
     if (hay.k == V_LIST) {
+        char why[256];
+        if (!zt_chat_consume(hay, why)) { /* a generator's first use consumes it */
+            zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'in': %s", why);
+            return false;
+        }
         for (int k = 0; k < hay.count; k++)
             if (zt_chat_equal(zt_chat_list_item(hay, k), needle))
                 return true;

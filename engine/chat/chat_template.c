@@ -375,6 +375,12 @@ static int for_items(render *r, const node *d, val **items, zt_status *st) {
                        zt_chat_type_name(seq));
         return 0;
     }
+    char why[256];
+    if (*st == ZT_OK && !zt_chat_consume(seq, why)) { /* a generator's first use */
+        *st = zt_error(ZT_ERR_UNSUPPORTED, "%s: chat_template at offset %zu: 'for': %s",
+                       t->source, zt_chat_offset(t, d->offset), why);
+        return 0;
+    }
     if (n == 0)
         return 0;
     if (!(*items = malloc((size_t)n * sizeof **items))) {

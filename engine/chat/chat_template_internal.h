@@ -137,9 +137,20 @@ val zt_chat_strip_space(val v, bool left, bool right);
 /* The mark (a bit of a cJSON node's type above cJSON's own and ZT_JSON_FLOAT_LITERAL) of an
  * array a render made that Python holds as a tuple ((a, b), items()' pairs), a generator
  * (select, reject, map, the items filter) or a dict view (keys(), values(), items()), not a
- * list: a V_LIST read from it has b set. It iterates, compares and counts as a list, but is not
- * printed, where Python would write "(1, 2)" or "<generator object ...>". */
+ * list: a V_LIST read from it has b set. A tuple or dict view iterates, compares and counts as
+ * a list (a generator does not: ZT_CHAT_GENERATOR), but none is printed, where Python would
+ * write "(1, 2)" or "<generator object ...>". */
 #define ZT_CHAT_NOT_LIST (1 << 13)
+/* A generator (select, reject, selectattr, rejectattr, map, the items filter) is one of those
+ * with this mark too, for where it is not a list: it is always true (even empty), has no len(),
+ * no items by index or slice, is not reversible (|last) nor JSON, and equals only itself. It is
+ * consumed by its first use (a for, |list, |join, |first, `in`, a filter that reads it): the
+ * render makes it eagerly, so that first use gives jinja2's answer, and marks it
+ * ZT_CHAT_CONSUMED then; a second use, where jinja2 gives only what is left, is refused by name
+ * (zt_chat_consume), as is holding it in a list, dict or namespace, whose copy could not share
+ * its consumption. Tuples and dict views keep a list's length, truth and repeated use. */
+#define ZT_CHAT_GENERATOR (1 << 14)
+#define ZT_CHAT_CONSUMED (1 << 15)
 
 /* Values (chat_value.c; zt_chat_is_ident is chat_expr.c's). */
 val zt_chat_str(const char *s, size_t n);
@@ -168,6 +179,13 @@ bool zt_chat_text(val v, char num[32], const char **s, size_t *n);
 bool zt_chat_print(render *r, val v, char num[32], const char **s, size_t *n, char why[256]);
 /* Marks v, a list the render made (never the conversation's), as ZT_CHAT_NOT_LIST. */
 val zt_chat_not_list(val v);
+/* Marks v, a list the render made, as a generator (ZT_CHAT_NOT_LIST and ZT_CHAT_GENERATOR). */
+val zt_chat_generator(val v);
+/* Whether v is a generator (a V_LIST whose array has ZT_CHAT_GENERATOR). */
+bool zt_chat_is_generator(val v);
+/* One iteration of v (for, in, a filter that reads it): true for what is not a generator and for
+ * a generator's first use, which marks it consumed; false with why naming the second use. */
+bool zt_chat_consume(val v, char why[256]);
 /* Python's name of v's type, for messages ("str", "int", "dict", ...). */
 const char *zt_chat_type_name(val v);
 /* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */

@@ -113,7 +113,7 @@ bool zt_chat_truthy(val v) {
     case V_INT: return v.i != 0;
     case V_FLOAT: return v.d != 0;
     case V_STR: return v.n > 0;
-    case V_LIST: return v.count > 0;
+    case V_LIST: return v.count > 0 || zt_chat_is_generator(v); /* a generator is true */
     case V_DICT: return v.j->child != NULL;
     case V_LOOP: case V_NS: case V_FUNC: return true;
     default: return false;
@@ -347,6 +347,29 @@ val zt_chat_not_list(val v) {
     return v;
 }
 
+val zt_chat_generator(val v) {
+    ((cJSON *)v.j)->type |= ZT_CHAT_GENERATOR;
+    return zt_chat_not_list(v);
+}
+
+bool zt_chat_is_generator(val v) {
+    return v.k == V_LIST && v.j && (v.j->type & ZT_CHAT_GENERATOR);
+}
+
+bool zt_chat_consume(val v, char why[256]) {
+    if (!zt_chat_is_generator(v))
+        return true;
+    if (v.j->type & ZT_CHAT_CONSUMED) {
+        snprintf(why, 256, "a generator (select, reject, map, items, ...) used a second time is "
+                 "not supported: its first use (a for, |list, |join, |first, 'in', a filter) "
+                 "consumed it, and jinja2 gives only what that left; |list makes a list to use "
+                 "twice");
+        return false;
+    }
+    ((cJSON *)v.j)->type |= ZT_CHAT_CONSUMED;
+    return true;
+}
+
 /* Python's whitespace in UTF-8: the byte length of the one at s (or ending at s + n), 0 if none. */
 static size_t space_at(const unsigned char *s, size_t n) {
     if (n >= 1 && ((s[0] >= 0x09 && s[0] <= 0x0d) || (s[0] >= 0x1c && s[0] <= 0x20)))
@@ -464,6 +487,8 @@ bool zt_chat_equal(val a, val b) {
     }
     if (a.k != b.k)
         return false;
+    if (zt_chat_is_generator(a) || zt_chat_is_generator(b)) /* Python's object identity */
+        return a.j == b.j;
     switch (a.k) {
     case V_STR: return a.n == b.n && memcmp(a.s, b.s, a.n) == 0;
     case V_NONE: case V_UNDEF: return true;
@@ -499,7 +524,7 @@ const char *zt_chat_type_name(val v) {
     case V_INT: return "int";
     case V_FLOAT: return v.b ? "int" : "float";
     case V_STR: return "str";
-    case V_LIST: return "list";
+    case V_LIST: return zt_chat_is_generator(v) ? "generator" : "list";
     case V_DICT: return "dict";
     case V_LOOP: return "LoopContext";
     case V_FUNC: return "function";
@@ -561,7 +586,13 @@ static cJSON *to_json(render *r, val v, char why[256]) {
         return cJSON_CreateStringReference(s);
     }
     case V_DICT: return cJSON_CreateObjectReference(v.j->child);
-    case V_LIST: { /* a tuple, generator or dict view stays one inside (ZT_CHAT_NOT_LIST) */
+    case V_LIST: { /* a tuple or dict view stays one inside (ZT_CHAT_NOT_LIST) */
+        if (zt_chat_is_generator(v)) {
+            snprintf(why, 256, "a list, dict or namespace holding a generator (select, reject, "
+                     "map, items, ...) is not supported: its copy there would not be consumed "
+                     "with it; |list makes a list to hold");
+            return NULL;
+        }
         if (v.lo == 0 && (v.step == 1 || v.step == 0) && v.count == cJSON_GetArraySize(v.j)) {
             cJSON *a = cJSON_CreateArrayReference(v.j->child);
             if (a)
