@@ -605,7 +605,8 @@ val zt_chat_test(ex *e, val v, const char *t, size_t n, const zt_chat_arg *args,
     else if (!strcmp(w, "mapping")) r = v.k == V_DICT;
     /* Undefined has __iter__ and __len__: jinja2 finds it iterable and a sequence */
     else if (!strcmp(w, "iterable")) r = seq;
-    else if (!strcmp(w, "sequence")) r = seq && !zt_chat_is_generator(v); /* no len() */
+    /* a generator has no len(), a dict view no items by index */
+    else if (!strcmp(w, "sequence")) r = seq && !zt_chat_is_generator(v) && !zt_chat_view_of(v);
     else if (!strcmp(w, "number")) r = v.k == V_INT || v.k == V_FLOAT || v.k == V_BOOL;
     else if (!strcmp(w, "integer")) r = v.k == V_INT || (v.k == V_FLOAT && v.b);
     else if (!strcmp(w, "float")) r = v.k == V_FLOAT && !v.b;

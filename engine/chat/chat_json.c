@@ -100,7 +100,12 @@ static bool dump(zt_strbuf *b, val v, const zt_chat_json_opts *o, int level, cha
     case V_INT: zt_strbuf_printf(b, "%lld", v.i); return true;
     case V_BOOL: zt_strbuf_puts(b, v.b ? "true" : "false"); return true;
     case V_NONE: zt_strbuf_puts(b, "null"); return true;
-    case V_LIST: return dump_items(b, v, NULL, v.count, o, level, why);
+    case V_LIST:
+        if (zt_chat_view_of(v)) { /* json.dumps writes a tuple as a list, but no view */
+            snprintf(why, 256, "Object of type %s is not JSON serializable", zt_chat_type_name(v));
+            return false;
+        }
+        return dump_items(b, v, NULL, v.count, o, level, why);
     case V_DICT: {
         int n = cJSON_GetArraySize(v.j), k = 0;
         const cJSON **members = malloc((size_t)(n ? n : 1) * sizeof *members), *x;

@@ -152,7 +152,7 @@ static bool split(render *r, val v, val sep, long long max, val *out, char why[2
     return zt_chat_make_list(r, parts, n, out, why);
 }
 
-/* dict.items(), keys(), values() as lists ((key, value) pairs as two-item lists). */
+/* dict.items(), keys(), values() as lists marked as dict views ((key, value) pairs as tuples). */
 static bool dict_view(render *r, const zt_chat_method *m, val v, val *out, char why[256]) {
     int n = cJSON_GetArraySize(v.j), k = 0;
     val *all = (val *)(void *)zt_chat_alloc(r, (size_t)(n ? n : 1) * sizeof *all);
@@ -172,7 +172,8 @@ static bool dict_view(render *r, const zt_chat_method *m, val v, val *out, char 
     /* a dict view (dict_items([...]) when printed) */
     if (!zt_chat_make_list(r, all, n, out, why))
         return false;
-    *out = zt_chat_not_list(*out);
+    *out = zt_chat_dict_view(*out, is(m, "items") ? ZT_CHAT_DICT_ITEMS
+                                   : is(m, "keys") ? ZT_CHAT_DICT_KEYS : ZT_CHAT_DICT_VALUES);
     return true;
 }
 

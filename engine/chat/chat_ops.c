@@ -114,6 +114,8 @@ static const char *const LIST_METHODS[] = {"copy", "count", "index", NULL};
 static const char *const LIST_MUTATORS[] = {"append", "clear", "extend", "insert", "pop",
                                             "remove", "reverse", "sort", NULL};
 static const char *const GENERATOR_METHODS[] = {"close", "send", "throw", NULL};
+static const char *const TUPLE_METHODS[] = {"count", "index", NULL};
+static const char *const VIEW_METHODS[] = {"isdisjoint", "mapping", NULL};
 
 static bool named(const char *const *names, const char *name, size_t n) {
     for (; *names; names++)
@@ -135,6 +137,14 @@ val zt_chat_attribute(ex *e, val v, const char *name, size_t n) {
                                   "supported", (int)n, name)
                    : zt_chat_undefined(e, "'generator object' has no attribute '%.*s'", (int)n,
                                        name);
+    /* a tuple's or dict view's own methods, which the subset lacks; its other names (a list's
+     * append, ...) are undefined, as jinja2 finds no such attribute */
+    if (zt_chat_is_tuple(v) || zt_chat_view_of(v))
+        return named(zt_chat_is_tuple(v) ? TUPLE_METHODS : VIEW_METHODS, name, n)
+                   ? zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'.%.*s' of a %s is not supported",
+                                  (int)n, name, zt_chat_type_name(v))
+                   : zt_chat_undefined(e, "'%s object' has no attribute '%.*s'",
+                                       zt_chat_type_name(v), (int)n, name);
     const char *type = v.k == V_STR ? "str" : v.k == V_DICT ? "dict" : v.k == V_LIST ? "list"
                                                                                    : NULL;
     if ((v.k == V_DICT && named(DICT_MUTATORS, name, n)) ||
@@ -192,10 +202,11 @@ val zt_chat_subscript(ex *e, val v, val key) {
         return j ? zt_chat_from_json(j)
                  : zt_chat_undefined(e, "'dict object' has no attribute '%.*s'", (int)key.n, key.s);
     }
-    /* a generator has no items by index: Python's TypeError, which jinja2's getitem makes
-     * undefined */
+    /* a generator or dict view has no items by index: Python's TypeError, which jinja2's
+     * getitem makes undefined */
     long long i;
-    if (((v.k == V_LIST && !zt_chat_is_generator(v)) || v.k == V_STR) && as_int(key, &i)) {
+    bool indexed = v.k == V_LIST && !zt_chat_is_generator(v) && !zt_chat_view_of(v);
+    if ((indexed || v.k == V_STR) && as_int(key, &i)) {
         long long len = v.k == V_LIST ? v.count : zt_chat_items(v, NULL);
         long long at = i < 0 ? len + i : i;
         if (at < 0 || at >= len)
@@ -238,8 +249,9 @@ val zt_chat_slice(ex *e, val v, val a, val b, val c) {
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
     /* jinja2 compiles a slice to Python's own, whose TypeError it does not catch */
-    if (zt_chat_is_generator(v))
-        return zt_chat_fail(e, ZT_ERR_INVALID, "'generator' object is not subscriptable");
+    if (zt_chat_is_generator(v) || zt_chat_view_of(v))
+        return zt_chat_fail(e, ZT_ERR_INVALID, "'%s' object is not subscriptable",
+                            zt_chat_type_name(v));
     long long step = 1, len = v.k == V_LIST ? v.count : v.k == V_STR ? zt_chat_items(v, NULL) : 0;
     bool ok = v.k == V_LIST || v.k == V_STR;
     val bound[3] = {a, b, c};
@@ -367,11 +379,11 @@ val zt_chat_plus(ex *e, val a, val b) {
         return zt_chat_undefined_error(e, a.k == V_UNDEF ? a : b);
     if (a.k == V_STR && b.k == V_STR)
         return concat(e, a, b);
-    if (a.k == V_LIST && b.k == V_LIST && (a.b || b.b)) /* ZT_CHAT_NOT_LIST */
-        return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'+' of a tuple, a generator or a dict view "
-                            "(select, map, items(), ..., which the subset holds as a list) is "
-                            "not supported: jinja2 gives a tuple or fails; |list makes a list");
-    if (a.k == V_LIST && b.k == V_LIST) { /* a new list of a's items, then b's */
+    /* a list adds only to a list, a tuple only to a tuple (Python's TypeErrors below); a
+     * generator or dict view adds to nothing */
+    bool seq_a = a.k == V_LIST && !zt_chat_is_generator(a) && !zt_chat_view_of(a);
+    if (seq_a && b.k == V_LIST && zt_chat_is_tuple(a) == zt_chat_is_tuple(b) &&
+        !zt_chat_is_generator(b) && !zt_chat_view_of(b)) { /* a new one of a's items, then b's */
         val *items = (val *)(void *)zt_chat_alloc(e->r, (size_t)(a.count + b.count + 1) *
                                                             sizeof *items);
         if (!items)
@@ -382,17 +394,49 @@ val zt_chat_plus(ex *e, val a, val b) {
         val out;
         if (!zt_chat_make_list(e->r, items, a.count + b.count, &out, why))
             return zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "%s", why);
-        return out;
+        return a.b ? zt_chat_not_list(out) : out; /* two tuples make a tuple */
     }
     /* Python's TypeError, as a message's null content added to a string fails in jinja2 */
-    if (a.k == V_STR || a.k == V_LIST)
+    if (a.k == V_STR || seq_a)
         return zt_chat_fail(e, ZT_ERR_INVALID, "can only concatenate %s (not \"%s\") to %s",
                             zt_chat_type_name(a), zt_chat_type_name(b), zt_chat_type_name(a));
     return zt_chat_fail(e, ZT_ERR_INVALID, "unsupported operand type(s) for +: '%s' and '%s'",
                         zt_chat_type_name(a), zt_chat_type_name(b));
 }
 
-/* Python's `needle in hay`: a substring, a list's item, an object's key. */
+/* Whether Python can hash v (a dict view's `in` looks a key up by its hash): not a list, dict,
+ * keys() or items(), nor a tuple holding one. */
+static bool hashable(val v) {
+    if (zt_chat_is_generator(v) || zt_chat_view_of(v) == ZT_CHAT_DICT_VALUES)
+        return true; /* by identity */
+    if (v.k == V_DICT || (v.k == V_LIST && !zt_chat_is_tuple(v)))
+        return false;
+    for (int k = 0; v.k == V_LIST && k < v.count; k++)
+        if (!hashable(zt_chat_list_item(v, k)))
+            return false;
+    return true;
+}
+
+/* Python's `needle in hay` for keys() and items(), which look the key up: the key must hash, and
+ * items() holds only (key, value) tuples. False with *st set when it does not hash. */
+static bool view_lookup(ex *e, val hay, val *needle) {
+    int view = zt_chat_view_of(hay);
+    if (view == ZT_CHAT_DICT_ITEMS) {
+        if (!zt_chat_is_tuple(*needle) || needle->count != 2)
+            return false;
+        val key = zt_chat_list_item(*needle, 0);
+        if (!hashable(key)) {
+            zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", zt_chat_type_name(key));
+            return false;
+        }
+    } else if (view == ZT_CHAT_DICT_KEYS && !hashable(*needle)) {
+        zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", zt_chat_type_name(*needle));
+        return false;
+    }
+    return true;
+}
+
+/* Python's `needle in hay`: a substring, a list's, tuple's or view's item, an object's key. */
 static bool contains(ex *e, val hay, val needle) {
     if (hay.k == V_STR) {
         if (needle.k != V_STR) {
@@ -411,6 +455,8 @@ static bool contains(ex *e, val hay, val needle) {
             zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'in': %s", why);
             return false;
         }
+        if (!view_lookup(e, hay, &needle))
+            return false;
         for (int k = 0; k < hay.count; k++)
             if (zt_chat_equal(zt_chat_list_item(hay, k), needle))
                 return true;

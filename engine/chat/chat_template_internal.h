@@ -137,9 +137,9 @@ val zt_chat_strip_space(val v, bool left, bool right);
 /* The mark (a bit of a cJSON node's type above cJSON's own and ZT_JSON_FLOAT_LITERAL) of an
  * array a render made that Python holds as a tuple ((a, b), items()' pairs), a generator
  * (select, reject, map, the items filter) or a dict view (keys(), values(), items()), not a
- * list: a V_LIST read from it has b set. A tuple or dict view iterates, compares and counts as
- * a list (a generator does not: ZT_CHAT_GENERATOR), but none is printed, where Python would
- * write "(1, 2)" or "<generator object ...>". */
+ * list: a V_LIST read from it has b set. A tuple or dict view iterates and counts as a list (a
+ * generator does not: ZT_CHAT_GENERATOR), but compares as Python's (ZT_CHAT_DICT_VIEW below),
+ * and none is printed, where Python would write "(1, 2)" or "<generator object ...>". */
 #define ZT_CHAT_NOT_LIST (1 << 13)
 /* A generator (select, reject, selectattr, rejectattr, map, the items filter) is one of those
  * with this mark too, for where it is not a list: it is always true (even empty), has no len(),
@@ -151,6 +151,16 @@ val zt_chat_strip_space(val v, bool left, bool right);
  * its consumption. Tuples and dict views keep a list's length, truth and repeated use. */
 #define ZT_CHAT_GENERATOR (1 << 14)
 #define ZT_CHAT_CONSUMED (1 << 15)
+/* A dict view (keys(), values(), items()) is one of those with one of these marks too, for where
+ * it is neither a list nor a tuple: it equals only another view (keys and items as sets, values
+ * only itself), is not a sequence, has no items by index (undefined, as jinja2 makes Python's
+ * TypeError) nor slice, is not JSON, and adds to nothing. Its length, truth, |first, |last,
+ * `in` and repeated iteration are a list's. What has ZT_CHAT_NOT_LIST and none of the other
+ * marks is a tuple: it equals only a tuple, and adds only to a tuple. */
+#define ZT_CHAT_DICT_KEYS (1 << 16)
+#define ZT_CHAT_DICT_VALUES (1 << 17)
+#define ZT_CHAT_DICT_ITEMS (1 << 18)
+#define ZT_CHAT_DICT_VIEW (ZT_CHAT_DICT_KEYS | ZT_CHAT_DICT_VALUES | ZT_CHAT_DICT_ITEMS)
 
 /* Values (chat_value.c; zt_chat_is_ident is chat_expr.c's). */
 val zt_chat_str(const char *s, size_t n);
@@ -183,12 +193,19 @@ val zt_chat_not_list(val v);
 val zt_chat_generator(val v);
 /* Whether v is a generator (a V_LIST whose array has ZT_CHAT_GENERATOR). */
 bool zt_chat_is_generator(val v);
+/* Marks v, a list the render made, as a dict view: view is ZT_CHAT_DICT_KEYS, _VALUES or _ITEMS. */
+val zt_chat_dict_view(val v, int view);
+/* v's ZT_CHAT_DICT_* mark when it is a dict view, else 0. */
+int zt_chat_view_of(val v);
+/* Whether v is a tuple (ZT_CHAT_NOT_LIST, neither a generator nor a dict view). */
+bool zt_chat_is_tuple(val v);
 /* One iteration of v (for, in, a filter that reads it): true for what is not a generator and for
  * a generator's first use, which marks it consumed; false with why naming the second use. */
 bool zt_chat_consume(val v, char why[256]);
-/* Python's name of v's type, for messages ("str", "int", "dict", ...). */
+/* Python's name of v's type, for messages ("str", "int", "dict", "tuple", "dict_keys", ...). */
 const char *zt_chat_type_name(val v);
-/* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
+/* Python's ==: numbers (bools are 1 and 0) by value, lists and tuples item by item (a tuple never
+ * equals a list), objects key by key, dict views as Python's (keys and items as sets). */
 bool zt_chat_equal(val a, val b);
 /* Whether a and b are integers (bools as 1 and 0, one past 64 bits by its digits), with *c
  * their order, -1, 0 or 1, exact as Python's. */

@@ -356,6 +356,19 @@ bool zt_chat_is_generator(val v) {
     return v.k == V_LIST && v.j && (v.j->type & ZT_CHAT_GENERATOR);
 }
 
+val zt_chat_dict_view(val v, int view) {
+    ((cJSON *)v.j)->type |= view;
+    return zt_chat_not_list(v);
+}
+
+int zt_chat_view_of(val v) {
+    return v.k == V_LIST && v.j ? v.j->type & ZT_CHAT_DICT_VIEW : 0;
+}
+
+bool zt_chat_is_tuple(val v) {
+    return v.k == V_LIST && v.b && !zt_chat_is_generator(v) && !zt_chat_view_of(v);
+}
+
 bool zt_chat_consume(val v, char why[256]) {
     if (!zt_chat_is_generator(v))
         return true;
@@ -468,7 +481,27 @@ bool zt_chat_int_order(val a, val b, int *c) {
     return whole_order(a, b, false, c);
 }
 
-/* Python's ==: numbers (bools are 1 and 0) by value, lists item by item, objects key by key. */
+/* Python's == of two dict views: keys() and items() as sets (the same count, and each item of a
+ * one of b's: a dict's keys are distinct), values() only itself (each call makes a new array, so
+ * the array, or the first item an array referencing it shares, is the view's identity). */
+static bool views_equal(val a, val b) {
+    int va = zt_chat_view_of(a), vb = zt_chat_view_of(b);
+    if (va == ZT_CHAT_DICT_VALUES || vb == ZT_CHAT_DICT_VALUES)
+        return a.j == b.j || (a.j->child && a.j->child == b.j->child);
+    if (!va || !vb || a.count != b.count)
+        return false;
+    for (int k = 0; k < a.count; k++) {
+        bool found = false;
+        for (int i = 0; i < b.count && !found; i++)
+            found = zt_chat_equal(zt_chat_list_item(a, k), zt_chat_list_item(b, i));
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* Python's ==: numbers (bools are 1 and 0) by value, lists and tuples item by item (a tuple
+ * never equals a list), objects key by key, dict views by views_equal. */
 bool zt_chat_equal(val a, val b) {
     if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL))
         return (a.k == V_INT ? a.i : a.b) == (b.k == V_INT ? b.i : b.b);
@@ -489,6 +522,10 @@ bool zt_chat_equal(val a, val b) {
         return false;
     if (zt_chat_is_generator(a) || zt_chat_is_generator(b)) /* Python's object identity */
         return a.j == b.j;
+    if (zt_chat_view_of(a) || zt_chat_view_of(b))
+        return views_equal(a, b);
+    if (a.k == V_LIST && zt_chat_is_tuple(a) != zt_chat_is_tuple(b)) /* (1, 2) != [1, 2] */
+        return false;
     switch (a.k) {
     case V_STR: return a.n == b.n && memcmp(a.s, b.s, a.n) == 0;
     case V_NONE: case V_UNDEF: return true;
@@ -524,7 +561,13 @@ const char *zt_chat_type_name(val v) {
     case V_INT: return "int";
     case V_FLOAT: return v.b ? "int" : "float";
     case V_STR: return "str";
-    case V_LIST: return zt_chat_is_generator(v) ? "generator" : "list";
+    case V_LIST:
+        switch (zt_chat_view_of(v)) {
+        case ZT_CHAT_DICT_KEYS: return "dict_keys";
+        case ZT_CHAT_DICT_VALUES: return "dict_values";
+        case ZT_CHAT_DICT_ITEMS: return "dict_items";
+        default: return zt_chat_is_generator(v) ? "generator" : v.b ? "tuple" : "list";
+        }
     case V_DICT: return "dict";
     case V_LOOP: return "LoopContext";
     case V_FUNC: return "function";
@@ -596,10 +639,10 @@ static cJSON *to_json(render *r, val v, char why[256]) {
         if (v.lo == 0 && (v.step == 1 || v.step == 0) && v.count == cJSON_GetArraySize(v.j)) {
             cJSON *a = cJSON_CreateArrayReference(v.j->child);
             if (a)
-                a->type |= v.j->type & ZT_CHAT_NOT_LIST;
+                a->type |= v.j->type & (ZT_CHAT_NOT_LIST | ZT_CHAT_DICT_VIEW);
             return a;
         }
-        cJSON *a = cJSON_CreateArray();
+        cJSON *a = cJSON_CreateArray(); /* a slice: of a tuple (a view has none) */
         if (a && v.b)
             a->type |= ZT_CHAT_NOT_LIST;
         for (int k = 0; a && k < v.count; k++) {
