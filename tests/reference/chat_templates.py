@@ -747,3 +747,36 @@ MISTRAL03_GEN = MISTRAL03.replace(
     '''        {%- generation %}
         {{- " " + message["content"]|trim + eos_token}}
         {%- endgeneration %}''')
+
+
+def zt_render(d, template, convs, n=None, eos="</s>"):
+    """ztrain's render of each conversation through build/zt_chat_render, with the template and
+    eos_token in d/tokenizer_config.json: a list of (text or None, error), one per conversation.
+    convs is a list, or the JSON text of one (n conversations, for numbers json.dump would not
+    write as they are)."""
+    import json
+    import subprocess
+    import tempfile
+    from ztref import tool
+    with open(f"{d}/tokenizer_config.json", "w", encoding="utf-8") as f:
+        json.dump({"chat_template": template, "eos_token": eos}, f, ensure_ascii=False)
+    with open(f"{d}/convs.json", "w", encoding="utf-8") as f:
+        if isinstance(convs, str):
+            f.write(convs)
+        else:
+            json.dump(convs, f, ensure_ascii=False)
+            n = len(convs)
+    out = tempfile.mkdtemp(dir=d)
+    p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
+                        out], capture_output=True, text=True)
+    if p.returncode != 0:
+        return [(None, p.stderr.strip())] * n
+    return [rendered(out, i) for i in range(n)]
+
+
+def jinja2_result(template, conv, eos="</s>"):
+    """transformers' apply_chat_template text of conv, or None and the exception's text."""
+    try:
+        return hf_tokenizer(template, None, eos).apply_chat_template(conv, tokenize=False), ""
+    except Exception as e:  # noqa: BLE001 (the template's own TypeError, UndefinedError, ...)
+        return None, f"{type(e).__name__}: {e}"

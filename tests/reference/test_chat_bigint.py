@@ -19,7 +19,6 @@ Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_chat_bigint.py
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -29,8 +28,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_templates import hf_tokenizer, rendered  # noqa: E402
-from ztref import Checker, prepare_chat, tool  # noqa: E402
+from chat_templates import hf_tokenizer, zt_render  # noqa: E402
+from ztref import Checker, prepare_chat  # noqa: E402
 
 # The integers as written in the JSON text ("-0" is Python's 0).
 NUMBERS = ["9007199254740991", "9007199254740992", "9007199254740993", "9223372036854775807",
@@ -55,17 +54,9 @@ CONVS = [json.loads(t) for t in TEXTS]
 
 
 def render(d, template):
-    """ztrain's render of every conversation: a list of (text or None, error)."""
-    with open(f"{d}/tokenizer_config.json", "w") as f:
-        json.dump({"chat_template": template, "eos_token": "</s>"}, f)
-    with open(f"{d}/convs.json", "w") as f:
-        f.write("[" + ",\n".join(TEXTS) + "]")
-    out = tempfile.mkdtemp(dir=d)
-    p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
-                        out], capture_output=True, text=True)
-    if p.returncode != 0:
-        return [(None, p.stderr.strip())] * len(CONVS)
-    return [rendered(out, i) for i in range(len(CONVS))]
+    """ztrain's render of every conversation (their JSON text as written, the integers' digits
+    kept): a list of (text or None, error)."""
+    return zt_render(d, template, "[" + ",\n".join(TEXTS) + "]", len(CONVS))
 
 
 def jinja(template):

@@ -15,9 +15,7 @@ Each render is compared with apply_chat_template's; each refusal must name the c
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_chat_generators.py
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -27,8 +25,8 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_templates import hf_tokenizer, rendered  # noqa: E402
-from ztref import Checker, tool  # noqa: E402
+from chat_templates import jinja2_result, zt_render  # noqa: E402
+from ztref import Checker  # noqa: E402
 
 CONV = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
         {"role": "user", "content": "c", "d": {"k": 1, "j": [2]}}]
@@ -126,33 +124,11 @@ CASES = [
 ]
 
 
-def render(d, template, conv):
-    """ztrain's render of the conversation: (text or None, error)."""
-    with open(f"{d}/tokenizer_config.json", "w") as f:
-        json.dump({"chat_template": template, "eos_token": "</s>"}, f)
-    with open(f"{d}/convs.json", "w") as f:
-        json.dump([conv], f)
-    out = tempfile.mkdtemp(dir=d)
-    p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
-                        out], capture_output=True, text=True)
-    if p.returncode != 0:
-        return None, p.stderr.strip()
-    return rendered(out, 0)
-
-
-def jinja2_render(template):
-    """apply_chat_template's text, or None and the exception's text."""
-    try:
-        return hf_tokenizer(template, None, "</s>").apply_chat_template(CONV, tokenize=False), ""
-    except Exception as e:  # noqa: BLE001 (the template's own TypeError, UndefinedError, ...)
-        return None, f"{type(e).__name__}: {e}"
-
-
 ck = Checker()
 with tempfile.TemporaryDirectory() as d:
     for what, template, refusal in CASES:
-        want, jerr = jinja2_render(template)
-        got, err = render(d, template, CONV)
+        want, jerr = jinja2_result(template, CONV)
+        got, err = zt_render(d, template, [CONV])[0]
         if refusal is None:
             ck.check(got == want, f"{what}: {got!r:.120} (jinja2: {want!r:.120}) {err[:200]}")
             continue

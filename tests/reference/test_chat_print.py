@@ -15,10 +15,8 @@ one) prints str(x), which is Python's repr of its items:
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_chat_print.py
 """
-import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 
@@ -28,24 +26,10 @@ from pyvenv import reexec_in_venv  # noqa: E402
 reexec_in_venv()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_templates import hf_tokenizer, rendered  # noqa: E402
-from ztref import Checker, tool  # noqa: E402
+from chat_templates import hf_tokenizer, zt_render  # noqa: E402
+from ztref import Checker  # noqa: E402
 
 CHUNK = 50000
-
-
-def render(d, template, convs):
-    """ztrain's render of each conversation: a list of (text or None, error)."""
-    with open(f"{d}/tokenizer_config.json", "w") as f:
-        json.dump({"chat_template": template, "eos_token": "</s>"}, f, ensure_ascii=False)
-    with open(f"{d}/convs.json", "w", encoding="utf-8") as f:
-        json.dump(convs, f, ensure_ascii=False)
-    out = tempfile.mkdtemp(dir=d)
-    p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
-                        out], capture_output=True, text=True)
-    if p.returncode != 0:
-        return [(None, p.stderr.strip())] * len(convs)
-    return [rendered(out, i) for i in range(len(convs))]
 
 
 ck = Checker()
@@ -55,7 +39,7 @@ with tempfile.TemporaryDirectory() as d:
     items = [[chr(c), f"'{chr(c)}", f"\"{chr(c)}'"] for c in cps]
     convs = [[{"role": "user", "content": "", "x": x} for x in items[i:i + CHUNK]]
              for i in range(0, len(items), CHUNK)]
-    got = render(d, "{% for m in messages %}{{ m.x }}\n{% endfor %}", convs)
+    got = zt_render(d, "{% for m in messages %}{{ m.x }}\n{% endfor %}", convs)
     lines = []
     for text, err in got:
         lines += text.split("\n")[:-1] if text is not None else [None] * CHUNK
@@ -89,7 +73,7 @@ with tempfile.TemporaryDirectory() as d:
     ]
     for what, template in checks:
         want = hf_tokenizer(template, None, "</s>").apply_chat_template(conv, tokenize=False)
-        got, err = render(d, template, [conv])[0]
+        got, err = zt_render(d, template, [conv])[0]
         ck.check(got == want, f"{what}: " + ("equal" if got == want else
                                              f"{got!r:.300} vs {want!r:.300} {err[:200]}"))
 
@@ -100,14 +84,14 @@ with tempfile.TemporaryDirectory() as d:
                            ("items()", "{{ messages[0].x[1].items() }}"),
                            ("items", "{{ messages[0].x[1]|items }}"),
                            ("a pair of items()", "{{ (messages[0].x[1].items()|list)[0] }}")]:
-        got, err = render(d, template, [conv])[0]
+        got, err = zt_render(d, template, [conv])[0]
         ck.check(got is None and "printing a tuple, a generator or a dict view" in err,
                  f"{what} is refused by name: {got!r:.100} {err[:200]}")
     # ... and through the filters that print, the reason is that one, not the list's
     for what, template in [("upper of items()", "{{ messages[0].x[1].items()|upper }}"),
                            ("trim of a map", "{{ messages|map(attribute='role')|trim }}"),
                            ("join of tuples", "{{ messages[0].x[1]|items|join(',') }}")]:
-        got, err = render(d, template, [conv])[0]
+        got, err = zt_render(d, template, [conv])[0]
         ck.check(got is None and "printing a tuple, a generator or a dict view" in err,
                  f"{what} is refused with the reason: {got!r:.100} {err[:200]}")
     # '+' keeps a tuple a tuple, and fails on a generator or a dict view, in jinja2: the
@@ -116,7 +100,7 @@ with tempfile.TemporaryDirectory() as d:
     for what, template in [("tuple + tuple", "{{ (1, 2) + (3,) }}"),
                            ("generator + list", "{{ messages|map(attribute='role') + ['x'] }}"),
                            ("keys() + list", "{{ messages[0].x[1].keys() + ['x'] }}")]:
-        got, err = render(d, template, [conv])[0]
+        got, err = zt_render(d, template, [conv])[0]
         want, jerr = None, ""
         try:
             want = hf_tokenizer(template, None, "</s>").apply_chat_template(conv, tokenize=False)
@@ -130,7 +114,7 @@ with tempfile.TemporaryDirectory() as d:
     big = [{"role": "user", "content": "", "f": 12345678901234567890}]
     for template in ["{{ [messages[0].f] }}", "{{ messages[0] }}"]:
         want = hf_tokenizer(template, None, "</s>").apply_chat_template(big, tokenize=False)
-        got, err = render(d, template, [big])[0]
+        got, err = zt_render(d, template, [big])[0]
         ck.check(got == want and "12345678901234567890" in want,
                  f"{template}: {got!r:.80} vs jinja2's {want!r:.80} {err[:120]}")
 ck.done()

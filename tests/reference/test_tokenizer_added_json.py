@@ -74,19 +74,6 @@ def added(content, **flags):
     return tok
 
 
-def compare(ck, d, name, hf):
-    path = f"{d}/tokenizer.json"
-    want = [hf(t)["input_ids"] for t in TEXTS]
-    got, err = toktool.encode(path, TEXTS)
-    ck.check(got == want, f"{name}: ids equal transformers'"
-             + ("" if got == want else f": {got} vs {want} ({err})"))
-    for flag, skip in ((), True), (("--keep-special",), False):
-        want_text = [hf.decode(ids, skip_special_tokens=skip) for ids in want]
-        got_text, err = toktool.decode(path, want, *flag)
-        ck.check(got_text == want_text, f"{name}: decode skip_special_tokens={skip}"
-                 + ("" if got_text == want_text else f": {got_text} vs {want_text} ({err})"))
-
-
 def refused(ck, d, name, *words):
     got, err = toktool.encode(f"{d}/tokenizer.json", TEXTS)
     ok = got is None and "added_tokens.json" in err and all(w in err for w in words)
@@ -157,7 +144,7 @@ with tempfile.TemporaryDirectory() as d:
             single = all(hf(t, add_special_tokens=False)["input_ids"] == [i]
                          for t, i in entries.items())
             ck.check(ids == entries and single, f"{name}: transformers takes the entries: {ids}")
-        compare(ck, d, name, hf)
+        toktool.check_against_hf(ck, f"{d}/tokenizer.json", name, hf, TEXTS)
 
     # Ids the file gives that transformers does not: refused by name, transformers' result
     # shown to differ.

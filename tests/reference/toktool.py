@@ -110,3 +110,17 @@ def train_byte_level(d, corpus, special_tokens, keep_added, normalizer=None):
     with open(f"{d}/tokenizer.json", "w") as f:
         json.dump(j, f)
     return j["model"]["vocab"]
+
+
+def check_against_hf(ck, tok_path, name, hf, texts):
+    """Checks zt_tok_tool's ids of texts and its decode of hf's ids (special tokens skipped and
+    kept) against hf, a transformers tokenizer of the same directory."""
+    want = [hf(t)["input_ids"] for t in texts]
+    got, err = encode(tok_path, texts)
+    ck.check(got == want, f"{name}: ids equal transformers'"
+             + ("" if got == want else f": {got} vs {want} ({err})"))
+    for flag, skip in ((), True), (("--keep-special",), False):
+        want_text = [hf.decode(ids, skip_special_tokens=skip) for ids in want]
+        got_text, err = decode(tok_path, want, *flag)
+        ck.check(got_text == want_text, f"{name}: decode skip_special_tokens={skip}"
+                 + ("" if got_text == want_text else f": {got_text} vs {want_text} ({err})"))
