@@ -16,7 +16,7 @@ machine is proven here, where it is made.
 - The plan (round 4, D2): `plan`'s phases and limits are docs/gpu.md's table's, the default
   plan (command 1) fits the device tool's 600 s command with a minute to spare, and the second
   command's phases are the table's command 2.
-- With a fake nvidia-smi and the emulated device (D1, D6), `run --phases ops --budget 30` with
+- With a fake nvidia-smi and the emulated device (D1, D6), `run --phases ops --budget 20` with
   its first test_ops stalled (SIGSTOP once it has printed its backends line, as a hung one on a
   GPU): test_ops is stopped at its time and says so in ops_error, keeping the line
   it printed before, the later steps are skipped and named, never given a limit of 0 or less;
@@ -269,7 +269,7 @@ try:
                     return
 
     def emu_ops_run(out):
-        args = [SCRIPT, "run", out, "--phases", "ops", "--budget", "30"]
+        args = [SCRIPT, "run", out, "--phases", "ops", "--budget", "20"]
         stop = threading.Event()
         staller = threading.Thread(target=stall_test_ops, args=(out, stop), daemon=True)
         staller.start()
@@ -306,11 +306,11 @@ try:
         check(os.path.exists(test_ops_log) and
               "backends: cpu cuda" in open(test_ops_log).read(),
               "test_ops's stdout survives its kill (line-buffered)")
-        # The budget bounds the phase through timeout's limits: 30 s, plus the 5 s timeout grants a
+        # The budget bounds the phase through timeout's limits: 20 s, plus the 5 s timeout grants a
         # killed step and a few for the script's own work on a loaded machine.
         check(res.get("plan") == "device bundle ops" and "curve_ok" not in res and
-              res.get("ops_seconds", 99) <= 45,
-              f"--phases ops runs device, bundle and ops within --budget 30: {res.get('plan')}, "
+              res.get("ops_seconds", 99) <= 35,
+              f"--phases ops runs device, bundle and ops within --budget 20: {res.get('plan')}, "
               f"ops {res.get('ops_seconds')} s")
         unpacked = next((line.split(" through ")[1][:-len("/wrap")]
                          for line in p.stdout.splitlines()

@@ -764,7 +764,7 @@ def zt_render(d, template, convs, n=None, eos="</s>"):
         if isinstance(convs, str):
             f.write(convs)
         else:
-            json.dump(convs, f, ensure_ascii=False)
+            f.write(json.dumps(convs, ensure_ascii=False))  # json.dump streams in pure Python
             n = len(convs)
     out = tempfile.mkdtemp(dir=d)
     p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",

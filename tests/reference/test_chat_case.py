@@ -6,7 +6,8 @@ surrogates (not UTF-8) goes through the three filters in ztrain, each alone as a
 content, and must give what str.upper(), str.lower() and str.capitalize() give: full mappings
 ('ß' to 'SS', 'İ' to 'i̇', 'ᾳ' to 'ΑΙ'), title case for capitalize's first code point ('ǆ' to 'ǅ'); and `lower` of c "Σ" and "ΑΣ" c
 for every code point c, so each is read as cased or case-ignorable as CPython's
-Final_Sigma reads it.
+Final_Sigma reads it. "Every code point" is ztref.code_points(): all of planes 0-3 and 14, one
+in 97 of the unassigned planes 4-13 and private-use planes 15-16.
 Then strings mixing cased letters, Σ in each Final_Sigma context, combining marks, the
 characters whose mappings grow, digits, CJK and jinja2's title separators (- ( { [ < and Python's
 whitespace, U+001C and U+3000 among it) go through all four filters, `title` being jinja2's
@@ -38,7 +39,7 @@ reexec_in_venv()
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ztref import Checker, tool  # noqa: E402
+from ztref import Checker, code_points, tool  # noqa: E402
 
 FILTERS = ("upper", "lower", "capitalize", "title")
 CHUNK = 50000
@@ -65,7 +66,7 @@ def render(d, filters, texts, delims=DELIMS):
     convs = [[{"role": "user", "content": t} for t in texts[i:i + CHUNK]]
              for i in range(0, len(texts), CHUNK)]
     with open(f"{d}/convs.json", "w", encoding="utf-8") as f:
-        json.dump(convs, f, ensure_ascii=False)
+        f.write(json.dumps(convs, ensure_ascii=False))  # json.dump streams in pure Python
     out = tempfile.mkdtemp(dir=d)
     p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
                         out], capture_output=True, text=True)
@@ -82,7 +83,7 @@ def render(d, filters, texts, delims=DELIMS):
 
 ck = Checker()
 with tempfile.TemporaryDirectory() as d:
-    cps = [c for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+    cps = code_points()
     texts = [chr(c) for c in cps]
     got, err = render(d, FILTERS[:3], texts[:-2])
     last, err2 = render(d, FILTERS[:3], texts[-2:], ("\uFDD0", "\uFDD1"))

@@ -3,7 +3,8 @@
 `{{ x }}` of a list or dict (and `~`, `|string`, `|join` of lists, the case filters and `trim` of
 one) prints str(x), which is Python's repr of its items:
 - every code point but U+0000 (a JSON string cannot hold it in cJSON) and the surrogates (not
-  UTF-8), alone in a string and between quotes of both kinds, printed inside a list must give
+  UTF-8; one in 97 of the unassigned and private-use planes 4-13 and 15-16, ztref.code_points),
+  alone in a string and between quotes of both kinds, printed inside a list must give
   str() of that list: the quote repr chooses, \\ \\' \\n \\t \\r and \\xHH escapes, and \\xHH,
   \\uHHHH or \\UHHHHHHHH for what str.isprintable() rejects;
 - strings of quotes, backslashes, control characters and unprintable code points drawn at
@@ -27,7 +28,7 @@ reexec_in_venv()
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_templates import hf_tokenizer, zt_render  # noqa: E402
-from ztref import Checker  # noqa: E402
+from ztref import Checker, code_points  # noqa: E402
 
 CHUNK = 50000
 
@@ -35,7 +36,7 @@ CHUNK = 50000
 ck = Checker()
 with tempfile.TemporaryDirectory() as d:
     # Every code point, printed inside a list: one line per message.
-    cps = [c for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+    cps = code_points()
     items = [[chr(c), f"'{chr(c)}", f"\"{chr(c)}'"] for c in cps]
     convs = [[{"role": "user", "content": "", "x": x} for x in items[i:i + CHUNK]]
              for i in range(0, len(items), CHUNK)]
