@@ -14,7 +14,7 @@ toolkit). Needs root (rootful podman, debootstrap, chown).
 It installs what it needs through scripts/install-deps.sh (the `container` profile), and keeps the
 Debian base as a tar file under $ZTRAIN_CONTAINER_CACHE (default /var/tmp/ztrain-container), made
 again each ISO week, and as the image localhost/debian:bookworm-slim; everything else it creates
-(containers, the test image, the build stage, temporary directories) is removed at the end.
+(containers, the test images, the builds' layers, temporary directories) is removed at the end.
 ZTRAIN_CONTAINER_KEEP=1 keeps the image and the host directories for a look afterwards."""
 import datetime
 import glob
@@ -127,6 +127,23 @@ def base_image():
         podman("tag", BASE, BASE_ALIAS)
     if old_id:
         podman("rmi", old_id, check_rc=False)   # last week's base, now untagged
+
+
+def image_ids():
+    """Every image podman holds, intermediate layers' images included."""
+    out = podman("images", "--all", "--quiet", "--no-trunc", check_rc=False)[1]
+    return {w for w in out.split() if re.fullmatch(r"(sha256:)?[0-9a-f]{64}", w)}
+
+
+def remove_images_since(before):
+    """Removes the images made after `before` was taken (the builds' layers); children first,
+    so a few passes."""
+    for _ in range(4):
+        new = image_ids() - before
+        if not new:
+            return
+        podman("rmi", "-f", *sorted(new), check_rc=False)
+    log(f"left behind: {len(image_ids() - before)} image(s) this test made")
 
 
 def make_job_files(job_dir, data_dir):
@@ -271,7 +288,7 @@ def cuda_image(tmp, timings):
     try:
         t = time.monotonic()
         log(f"build: docker/Dockerfile.cuda -> {tag} (toolkit {toolkit})")
-        podman("build", "--format", "docker", "--layers=false", "--build-arg", "JOBS=2",
+        podman("build", "--format", "docker", "--build-arg", "JOBS=2",
                "--build-arg", "CUDA_ARCHITECTURES=90", "-v", f"{toolkit}:/usr/local/cuda:ro",
                "-f", os.path.join(SOURCE, "docker", "Dockerfile.cuda"), "-t", tag, SOURCE,
                timeout=3000)
@@ -358,16 +375,19 @@ def main():
     tag = f"localhost/ztrain-test:cpu-{os.getpid()}"
     name = f"ztrain-test-{os.getpid()}"
     c = None
+    images_before = set()
     try:
         t = time.monotonic()
         base_image()
         timings["base image"] = time.monotonic() - t
 
-        # The image, the way a user builds it; --layers=false keeps no intermediate images, so
-        # the build stage does not outlive the build.
+        # The image, the way a user builds it. podman keeps each step's layer, so the CUDA image
+        # below takes the dependencies' layers of both stages from this build (its Dockerfile
+        # starts as this one does); the finally clause removes every image the test made.
+        images_before.update(image_ids())
         t = time.monotonic()
         log(f"build: docker/Dockerfile -> {tag}")
-        podman("build", "--format", "docker", "--layers=false", "--build-arg", "JOBS=2",
+        podman("build", "--format", "docker", "--build-arg", "JOBS=2",
                "-f", os.path.join(SOURCE, "docker", "Dockerfile"), "-t", tag, SOURCE, timeout=600)
         timings["image build"] = time.monotonic() - t
         cfg = json.loads(podman("image", "inspect", tag)[1])[0]
@@ -492,6 +512,7 @@ def main():
             podman("stop", "-t", str(STOP_TIMEOUT), name, check_rc=False)
         if not KEEP:
             podman("rmi", "-f", tag, check_rc=False)
+            remove_images_since(images_before)
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             log(f"kept: image {tag}, container {name}, directories {tmp}")
