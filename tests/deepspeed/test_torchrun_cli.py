@@ -38,7 +38,8 @@ TEXT = (b"It was the best of times, it was the worst of times, it was the age of
         b"it was the age of foolishness, it was the epoch of belief.\n" * 80)
 
 ck = Checker()
-# What rank 0 says when its store's port (MASTER_PORT + 1) is taken (engine/comm/tcp_store_server.c).
+# What rank 0 says when its store's port (MASTER_PORT + 1) is taken
+# (engine/comm/tcp_store_server.c).
 BUSY = "is already in use on this host"
 
 
