@@ -63,7 +63,8 @@ for s in "${suites[@]}"; do
 done
 echo
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "deepspeed: ${#failed[@]} of ${#suites[@]} suite(s) failed: ${failed[*]} (logs in $logs/)" >&2
+  echo "deepspeed: ${#failed[@]} of ${#suites[@]} suite(s) failed: ${failed[*]}" \
+       "(logs in $logs/)" >&2
   exit 1
 fi
 echo "deepspeed: ${#suites[@]} suite(s) passed"
