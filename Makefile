@@ -130,7 +130,7 @@ test-multihost:
 	/usr/bin/python3 tests/multihost/test_multihost.py $(BUILD)
 
 # The tests that need real DeepSpeed or transformers 5 (tests/deepspeed/, about three and a half
-# minutes on 2 cores, most of it DeepSpeed compiling its CPU ops, 333 CPU-seconds, the first time;
+# minutes on 2 cores, most of it DeepSpeed compiling its CPU ops on first use, 333 CPU-seconds;
 # it makes .venv-ds/ with PyPI's torch, DeepSpeed and transformers 5 the first time): ten masked SFT
 # steps in DeepSpeed (CPU accelerator, two gloo ranks) and in ztrain on the same batches,
 # directories transformers 5 writes read, trained and exported against transformers 5, and the

@@ -14,19 +14,22 @@ cd "$(dirname "$0")/../.."
 build="$(cd "${1:?usage: tests/deepspeed/run.sh BUILD_DIR [SUITE...]}" && pwd)" || exit 2
 shift
 
-# Each suite and the OpenMP threads it runs with (the torch side's; "-" leaves it unset).
-declare -A THREADS=([test_deepspeed_sft]=1 [test_hf5_configs]=2 [test_client_batch_rule]=-
-                    [test_hf5_warmup]=1 [test_ds_schedule_parity]=1 [test_ds_scaler_parity]=1
-                    [test_ds_null_parity]=1 [test_ds_config_accept]=2 [test_ds_removed_keys]=1
-                    [test_torchrun_cli]=- [test_hf5_tokenizer_class]=-)
-# Longest first, so that the last to start are short.
-ORDER=(test_ds_config_accept test_deepspeed_sft test_torchrun_cli test_hf5_configs
-       test_ds_schedule_parity test_ds_removed_keys test_client_batch_rule test_ds_null_parity
-       test_ds_scaler_parity test_hf5_warmup test_hf5_tokenizer_class)
+# Each suite and the OpenMP threads it runs with (the torch side's; "-" leaves it unset), longest
+# first, so that the last to start are short.
+SUITES=(test_ds_config_accept:2 test_deepspeed_sft:1 test_torchrun_cli:- test_hf5_configs:2
+        test_ds_schedule_parity:1 test_ds_removed_keys:1 test_client_batch_rule:-
+        test_ds_null_parity:1 test_ds_scaler_parity:1 test_hf5_warmup:1 test_hf5_tokenizer_class:-)
+declare -A THREADS
+for entry in "${SUITES[@]}"; do
+  THREADS[${entry%:*}]=${entry#*:}
+done
 suites=("$@")
-[ ${#suites[@]} -eq 0 ] && suites=("${ORDER[@]}")
+[ ${#suites[@]} -eq 0 ] && suites=("${SUITES[@]%:*}")
 for s in "${suites[@]}"; do
-  [ -n "${THREADS[$s]:-}" ] || { echo "deepspeed: no suite $s (one of: ${ORDER[*]})" >&2; exit 2; }
+  if [ -z "${THREADS[$s]:-}" ]; then
+    echo "deepspeed: no suite $s (one of: ${SUITES[*]%:*})" >&2
+    exit 2
+  fi
 done
 # The cores, counted before any OMP_NUM_THREADS is set (nproc obeys it).
 jobs_max="${DS_JOBS:-$(nproc)}"

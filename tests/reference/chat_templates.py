@@ -422,9 +422,10 @@ def hf_tokenizer(template, bos, eos, tokenizer_file=None):
 
 def rendered(out, i):
     """What zt_chat_render wrote for conversation i into the directory out: (the render, or None
-    when it was refused; the refusal's text, or "" when it rendered)."""
+    when it was refused; the refusal's text, or "" when it rendered). The render is read as
+    written: newline="" keeps a "\r" the template printed."""
     import os
-    got = open(f"{out}/{i}.txt", encoding="utf-8").read() \
+    got = open(f"{out}/{i}.txt", encoding="utf-8", newline="").read() \
         if os.path.exists(f"{out}/{i}.txt") else None
     err = open(f"{out}/{i}.err").read() if os.path.exists(f"{out}/{i}.err") else ""
     return got, err

@@ -39,6 +39,7 @@ reexec_in_venv()
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat_templates import zt_render  # noqa: E402
 from ztref import Checker, code_points, tool  # noqa: E402
 
 FILTERS = ("upper", "lower", "capitalize", "title")
@@ -61,22 +62,12 @@ def template(filters, delims=DELIMS):
 
 def render(d, filters, texts, delims=DELIMS):
     """ztrain's render of each text through the filters: a list of per-filter results."""
-    with open(f"{d}/tokenizer_config.json", "w") as f:
-        json.dump({"chat_template": template(filters, delims)}, f, ensure_ascii=False)
     convs = [[{"role": "user", "content": t} for t in texts[i:i + CHUNK]]
              for i in range(0, len(texts), CHUNK)]
-    with open(f"{d}/convs.json", "w", encoding="utf-8") as f:
-        f.write(json.dumps(convs, ensure_ascii=False))  # json.dump streams in pure Python
-    out = tempfile.mkdtemp(dir=d)
-    p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
-                        out], capture_output=True, text=True)
-    if p.returncode != 0:
-        return None, p.stderr.strip()
     results = []
-    for i in range(len(convs)):
-        if not os.path.exists(f"{out}/{i}.txt"):
-            return None, open(f"{out}/{i}.err").read()
-        text = open(f"{out}/{i}.txt", encoding="utf-8", newline="").read()
+    for text, err in zt_render(d, template(filters, delims), convs):
+        if text is None:
+            return None, err
         results += [item.split(delims[0]) for item in text.split(delims[1])[:-1]]
     return results, None
 
@@ -144,34 +135,24 @@ with tempfile.TemporaryDirectory() as d:
     # soft_str: numbers, booleans, none and undefined print as jinja2 prints them first.
     tpl = ("{{ 12|upper }}|{{ true|lower }}|{{ none|upper }}|{{ nope|title }}|"
            "{{ 'x'|capitalize }}")
-    with open(f"{d}/tokenizer_config.json", "w") as f:
-        json.dump({"chat_template": tpl}, f)
-    with open(f"{d}/convs.json", "w") as f:
-        json.dump([[{"role": "user", "content": "x"}]], f)
-    out = tempfile.mkdtemp(dir=d)
-    subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json", out])
+    conv = [{"role": "user", "content": "x"}]
+    got, err = zt_render(d, tpl, [conv])[0]
     want = env.from_string(tpl).render(messages=[])
-    got = open(f"{out}/0.txt").read() if os.path.exists(f"{out}/0.txt") else None
-    ck.check(got == want, f"non-strings: {got!r} vs {want!r}")
+    ck.check(got == want, f"non-strings: {got!r} vs {want!r} {err[:200]}")
     # jinja2's filters take no argument: one is refused when the template is read.
     with open(f"{d}/tokenizer_config.json", "w") as f:
         json.dump({"chat_template": "{{ 'x'|upper(1) }}"}, f)
     p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
-                        out], capture_output=True, text=True)
+                        tempfile.mkdtemp(dir=d)], capture_output=True, text=True)
     ck.check(p.returncode == 1 and "'upper'" in p.stderr, f"upper(1) refused: {p.stderr.strip()}")
     # The methods are str's: of a number, jinja2 says the int has no such attribute.
     for m in METHODS:
         tpl = "{{ (12).%s }}" % m
-        with open(f"{d}/tokenizer_config.json", "w") as f:
-            json.dump({"chat_template": tpl}, f)
-        out = tempfile.mkdtemp(dir=d)
-        subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json", f"{d}/convs.json",
-                        out])
         try:
             why = env.from_string(tpl).render(messages=[])
         except Exception as e:  # jinja2's UndefinedError
             why = str(e)
-        got = open(f"{out}/0.err").read() if os.path.exists(f"{out}/0.err") else ""
+        _, got = zt_render(d, tpl, [conv])[0]
         ck.check(why in got and "has no attribute" in why, f"(12).{m} refused as jinja2 "
                  f"refuses it ({why!r}): {got!r}")
 ck.done()
