@@ -258,15 +258,82 @@ static void describe_tags(const zt_ckpt_list *l, char *buf, size_t size) {
     }
 }
 
+/* The first part of a checkpoint saved in parts into out[size]: a pipeline's first stage, or a
+ * tensor-parallel checkpoint's shard 0. False for a directory of one part. */
+static bool first_part(const char *dir, char *out, size_t size) {
+    if (zt_ckpt_pipeline_stages(dir) > 0)
+        zt_ckpt_stage_dir(out, size, dir, 0);
+    else if (zt_ckpt_tp_size(dir) > 0)
+        zt_ckpt_tp_shard_dir(out, size, dir, 0);
+    else
+        return false;
+    return true;
+}
+
+/* Whether some part of dir (every stage of a pipeline, every shard of the TP size tag was saved
+ * at, and so on down) has no complete copy of tag, as zt_ckpt_tag_dir finds one; the first such
+ * part's tag directory then goes into where[size]. */
+static bool part_without(const char *dir, const char *tag, char *where, size_t size) {
+    int stages = zt_ckpt_pipeline_stages(dir);
+    int parts = stages > 0 ? stages : zt_ckpt_tag_tp_size(dir, tag);
+    if (parts == 0)
+        return !zt_ckpt_tag_dir(dir, tag, where, size);
+    for (int p = 0; p < parts; p++) {
+        char part[PATH_BYTES];
+        if (stages > 0)
+            zt_ckpt_stage_dir(part, sizeof part, dir, p);
+        else
+            zt_ckpt_tp_shard_dir(part, sizeof part, dir, p);
+        if (part_without(part, tag, where, size))
+            return true;
+    }
+    return false;
+}
+
+/* A checkpoint in parts resumes from a tag every part has: the first part's choice (tag), else,
+ * when a save that did not finish on every part left it only on some (a job killed while its
+ * stages or shards were saving), the newest tag that all parts have, said in note. */
+static zt_status agree_on_parts(const char *dir, char *tag, size_t size, char *note,
+                                size_t note_size) {
+    char where[PATH_BYTES], alt[PATH_BYTES];
+    if (!part_without(dir, tag, where, sizeof where))
+        return ZT_OK;
+    zt_ckpt_list l;
+    zt_ckpt_list_dir(dir, &l);
+    const char *newest = NULL;
+    for (int i = l.n - 1; i >= 0 && !newest; i--)
+        if (strcmp(l.items[i].tag, tag) != 0 && l.items[i].step >= 0 &&
+            !part_without(dir, l.items[i].tag, alt, sizeof alt))
+            newest = l.items[i].tag;
+    zt_status s = ZT_OK;
+    if (newest && strlen(newest) < size) {
+        char *was = strdup(note);
+        snprintf(note, note_size, "resume: %s: %s is not complete in every part (no complete %s: "
+                 "a save that did not finish there): resuming from the newest checkpoint "
+                 "complete in all of them, %s%s%s", dir, tag, where, newest,
+                 was && *was ? "; before that, " : "", was ? was : "");
+        free(was);
+        snprintf(tag, size, "%s", newest);
+    } else {
+        s = zt_error(ZT_ERR_FORMAT, "%s: %s is not complete in every part (no complete %s: a "
+                     "save that did not finish there), and no other checkpoint is: nothing to "
+                     "resume from; restore the missing part, or remove the checkpoint to start "
+                     "from step 0", dir, tag, where);
+        tag[0] = '\0';
+    }
+    zt_ckpt_list_free(&l);
+    return s;
+}
+
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size) {
     tag[0] = note[0] = '\0';
-    /* A pipeline resumes each stage from its own directory; the first stage's speaks for the
-     * job (the trainer refuses stages that would resume from different steps). */
-    if (zt_ckpt_pipeline_stages(dir) > 0) {
-        char stage_dir[4200];
-        zt_ckpt_stage_dir(stage_dir, sizeof stage_dir, dir, 0);
-        return zt_ckpt_find_resume(stage_dir, tag, size, note, note_size);
+    /* A pipeline resumes each stage from its own directory, a tensor-parallel job each shard
+     * from its own: the first part's choice, if every other part has it too. */
+    char part0[PATH_BYTES];
+    if (first_part(dir, part0, sizeof part0)) {
+        ZT_TRY(zt_ckpt_find_resume(part0, tag, size, note, note_size));
+        return tag[0] ? agree_on_parts(dir, tag, size, note, note_size) : ZT_OK;
     }
     if (!zt_path_exists(dir)) {
         snprintf(note, note_size, "resume: %s does not exist: no checkpoint to resume from, "

@@ -285,12 +285,9 @@ static zt_status save_checkpoint(trainer *t) {
     return ZT_OK;
 }
 
-/* Decides, before anything is created, what a resumable job starts from (zt_ckpt_find_resume),
- * so that a checkpoint_dir whose `latest` leads nowhere neither fails late nor starts over
- * silently. Rank 0 prints the notice, if any. */
-/* The directory whose checkpoints say what the job resumes from. A tensor-parallel checkpoint's
- * shards share their tags: shard 0's say which (it exists at every TP size, which a resharding
- * job's own shard need not). A directory without tp.json holds, if anything, a checkpoint saved
+/* The directory whose meta.json tells the run the job continues. A tensor-parallel checkpoint's
+ * shards share their tags: shard 0's (it exists at every TP size, which a resharding job's own
+ * shard need not). A directory without tp.json holds, if anything, a checkpoint saved
  * without tensor parallelism, which every shard reads whole (zt_ckpt_tp_load); the job's own
  * saves then go to shard directories beside it. */
 static const char *resume_dir(const trainer *t, char *shard0, size_t size) {
@@ -402,11 +399,15 @@ static zt_status check_pipeline_partition(const trainer *t) {
     return s;
 }
 
+/* Decides, before anything is created, what a resumable job starts from (zt_ckpt_find_resume),
+ * so that a checkpoint_dir whose `latest` leads nowhere neither fails late nor starts over
+ * silently. Rank 0 prints the notice, if any. */
 static zt_status choose_resume(trainer *t) {
-    char note[4096], shard0[4200];
-    const char *dir = resume_dir(t, shard0, sizeof shard0);
+    char note[4096];
+    /* The whole checkpoint_dir, so that every stage and shard resumes from a tag all have. */
+    const char *dir = t->job->train.checkpoint_dir;
     t->resume_tag[0] = '\0';
-    if (!dir[0])
+    if (!dir || !dir[0])
         return ZT_OK;
     ZT_TRY(check_pipeline_layout(t, t->job->train.checkpoint_dir));
     if (!t->job->train.resume)

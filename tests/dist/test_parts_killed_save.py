@@ -1,0 +1,120 @@
+"""A checkpoint saved in parts (a pipeline's stages, a tensor-parallel job's shards) whose last
+save did not finish on every part, as a job killed while saving leaves it: each part installs its
+own copy and moves its own `latest`, so the first part may name global_step10 while the second
+has no complete copy of it. For 2 stages and for TP 2, from an uninterrupted run of 10 steps with
+a checkpoint every 5:
+
+  the second part lacks global_step10 (killed before its DONE): the resume says which part lacks
+      it and resumes from global_step5, the newest checkpoint every part has, and steps 6-10
+      equal the uninterrupted run's bit for bit; every part's `latest` then names global_step10.
+  the second part's global_step10 is finished but still under its temporary name (killed before
+      its rename) and its `latest` names global_step5: the resume takes global_step10.
+  the second part has no checkpoint at all: refused naming the part, and nothing is written.
+
+Before, the pipeline refused to resume ("delete the newer stage checkpoints") and the TP job
+failed loading a shard that does not exist, so a job killed while saving never resumed on its
+own (ztraind's max_restarts included)."""
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
+from ztref import Checker, read_metrics, run, tool, write_job  # noqa: E402
+
+sys.stdout.reconfigure(line_buffering=True)
+GPT2 = {"type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256,
+        "block_size": 16}
+DS = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "eps": 1e-4}},
+      "scheduler": {"type": "WarmupDecayLR",
+                    "params": {"warmup_num_steps": 3, "total_num_steps": 10}},
+      "zero_optimization": {"stage": 1}}
+LAYOUTS = {"pipeline": ({"pipeline": {"stages": 2}}, {}, "stage_01"),
+           "tensor parallel": ({}, {"tensor_parallel": {"autotp_size": 2}}, "tp_01")}
+
+
+def job(layout, ckpt, resume):
+    extra, ds, _ = LAYOUTS[layout]
+    return {"name": "parts", "world_size": 2, "model": GPT2,
+            "data": {"train": "train.txt", "shuffle": True},
+            "train": {"max_steps": 10, "log_interval": 1, "checkpoint_dir": ckpt,
+                      "checkpoint_interval": 5, "resume": resume, "seed": 3},
+            "deepspeed": {**DS, **ds}, **extra}
+
+
+def train(d, name, spec):
+    write_job(f"{d}/{name}.json", spec)
+    return run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/out-{name}"],
+               check=False)
+
+
+def losses(d, name):
+    return [m["train/loss"] for m in read_metrics(f"{d}/out-{name}/metrics.jsonl")
+            if "train/loss" in m]
+
+
+def listing(top):
+    return sorted(os.path.relpath(os.path.join(r, f), top)
+                  for r, dirs, files in os.walk(top) for f in files + dirs)
+
+
+ck = Checker()
+with tempfile.TemporaryDirectory() as top:
+    with open(f"{top}/train.txt", "wb") as f:
+        f.write(bytes((i * 7 + i // 13) % 251 for i in range(20000)))
+    for layout, (_, _, second) in LAYOUTS.items():
+        d = tempfile.mkdtemp(dir=top)
+        shutil.copy(f"{top}/train.txt", d)
+        p = train(d, "whole", job(layout, "ck-whole", False))
+        whole = losses(d, "whole")
+        ck.check(p.returncode == 0 and len(whole) == 10, f"{layout}: the uninterrupted run")
+
+        # Killed before the second part's DONE: its step-10 directory never became complete.
+        ckpt = f"{d}/ck-lost"
+        shutil.copytree(f"{d}/ck-whole", ckpt)
+        shutil.rmtree(f"{ckpt}/{second}/global_step10")
+        with open(f"{ckpt}/{second}/latest", "w") as f:
+            f.write("global_step5")
+        p = train(d, "lost", job(layout, ckpt, True))
+        ck.check(p.returncode == 0 and f"{second}/global_step10" in p.stdout and
+                 "resuming from the newest checkpoint complete in all of them, global_step5"
+                 in p.stdout and "at step 5" in p.stdout,
+                 f"{layout}: a part without global_step10 resumes from global_step5, saying "
+                 f"which part lacks it: {(p.stdout + p.stderr).strip()[-600:]}")
+        ck.check(losses(d, "lost") == whole[5:],
+                 f"{layout}: steps 6-10 are the uninterrupted run's: {losses(d, 'lost')} vs "
+                 f"{whole[5:]}")
+        latest = {}
+        for part in (second.replace("01", "00"), second):
+            with open(f"{ckpt}/{part}/latest") as f:
+                latest[part] = f.read().strip()
+        ck.check(set(latest.values()) == {"global_step10"} and
+                 os.path.exists(f"{ckpt}/{second}/global_step10/DONE"),
+                 f"{layout}: every part's latest then names global_step10: {latest}")
+        shutil.rmtree(ckpt)
+
+        # Killed between the second part's DONE and its rename: global_step10 is complete there.
+        shutil.copytree(f"{d}/ck-whole", ckpt)
+        os.rename(f"{ckpt}/{second}/global_step10", f"{ckpt}/{second}/.global_step10.tmp")
+        with open(f"{ckpt}/{second}/latest", "w") as f:
+            f.write("global_step5")
+        p = train(d, "renamed", job(layout, ckpt, True))
+        ck.check(p.returncode == 0 and "at step 10" in p.stdout and "not complete" not in p.stdout,
+                 f"{layout}: a finished copy under the temporary name resumes from step 10: "
+                 f"{(p.stdout + p.stderr).strip()[-600:]}")
+        shutil.rmtree(ckpt)
+
+        # The second part never saved at all: nothing every part has.
+        shutil.copytree(f"{d}/ck-whole", ckpt)
+        for name in os.listdir(f"{ckpt}/{second}"):
+            shutil.rmtree(f"{ckpt}/{second}/{name}", ignore_errors=True)
+        os.remove(f"{ckpt}/{second}/latest")
+        before = listing(ckpt)
+        p = train(d, "none", job(layout, ckpt, True))
+        ck.check(p.returncode != 0 and f"{second}/global_step10" in p.stderr and
+                 "no other checkpoint is" in p.stderr and listing(ckpt) == before,
+                 f"{layout}: no checkpoint on every part is refused naming the part, nothing "
+                 f"written: {p.stderr.strip()[-600:]}")
+        shutil.rmtree(ckpt)
+ck.done()
