@@ -88,6 +88,24 @@ static void compare_json(FILE *f, const char *tagdir, const char *key, const cJS
     free(b);
 }
 
+/* Each data-parallel rank resumes at the same position of its share of the epoch, the samples
+ * drawn divided by the ranks and rounded down (zt_ckpt_load): when another number of ranks cannot
+ * split what the checkpoint's ranks drew, the few samples past the last full round are drawn
+ * again. */
+static void warn_redrawn(FILE *f, const char *tagdir, const cJSON *d, int ranks) {
+    const cJSON *drawn = cJSON_GetObjectItemCaseSensitive(d, "global_position");
+    const cJSON *epoch = cJSON_GetObjectItemCaseSensitive(d, "epoch");
+    if (!cJSON_IsNumber(drawn) || !cJSON_IsNumber(epoch) || ranks < 1 || drawn->valuedouble < 0)
+        return;
+    long long n = (long long)drawn->valuedouble, again = n % ranks;
+    if (again == 0)
+        return;
+    fprintf(f, "ztrain: warning: resume: the checkpoint %s had drawn %lld samples of epoch %lld, "
+            "which %d data-parallel ranks cannot split evenly: they continue from sample %lld, "
+            "drawing the last %lld of them again\n", tagdir, n, (long long)epoch->valuedouble,
+            ranks, n - again, again);
+}
+
 void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *job, FILE *f) {
     char tagdir[4096];
     cJSON *meta;
@@ -107,6 +125,8 @@ void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *j
         compare_json(f, tagdir, "data.shuffle", cJSON_GetObjectItemCaseSensitive(d, "shuffle"),
                      now);
         cJSON_Delete(now);
+        if (!job->data.train_mix)
+            warn_redrawn(f, tagdir, d, job->ds.world_size);
     }
     const char *was = zt_ckpt_meta_precision(meta), *now = zt_ckpt_precision_name(&job->ds);
     if (was && strcmp(was, now) != 0) {

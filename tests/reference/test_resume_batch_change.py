@@ -3,7 +3,10 @@ step), resumed at gas 2 (8 samples a step). As DeepSpeed, which restores global_
 global_samples and skipped_steps but no micro-step count, every step after the resume is a full
 step of the new gas: its loss is the mean of its two micro-batches' losses and its gradient
 their mean, computed here in PyTorch from the checkpointed weights on the samples the resumed
-run reads next (unshuffled, from sample 20: where the first run stopped)."""
+run reads next (unshuffled, from sample 20: where the first run stopped). And a resume on another
+number of data-parallel ranks (2 -> 3) that cannot split the samples drawn: each rank resumes at
+the same position, rounded down, so the first step reads from sample 15 where 16 were drawn,
+which the run says in a warning; its loss is PyTorch's on samples 15-26."""
 import json
 import tempfile
 
@@ -80,4 +83,33 @@ with tempfile.TemporaryDirectory() as d:
         ck.check(got == want, f"global_step{step}/meta.json: global_samples {got}, want {want}")
     ck.check(meta["data"]["position"] == 5 * MICRO + 2 * 2 * MICRO,
              f"the data position after step 7 is 5*4 + 2*8 samples: {meta['data']['position']}")
+
+    # Another data-parallel size: 2 ranks draw 2 steps of 2 x 4 = 16 samples, which 3 ranks
+    # cannot split; each resumes at 16 // 3 = 5 of its share, so the step after the resume reads
+    # samples 15-26 (rank r taking 15 + r, 18 + r, ...: DistributedSampler's order), 15 again.
+    def world_job(world, max_steps, resume):
+        spec = job(1, max_steps, 2, resume)
+        spec["world_size"] = world
+        spec["train"]["checkpoint_dir"] = "ckpt-world"
+        spec["deepspeed"]["train_batch_size"] = MICRO * world
+        return spec
+
+    write_job(f"{d}/two.json", world_job(2, 2, False))
+    write_job(f"{d}/three.json", world_job(3, 3, True))
+    run([z, "run", f"{d}/two.json", "--out", f"{d}/out-two"])
+    p = run([z, "run", f"{d}/three.json", "--out", f"{d}/out-three"])
+    ck.check("had drawn 16 samples of epoch 0, which 3 data-parallel ranks cannot split evenly: "
+             "they continue from sample 15, drawing the last 1 of them again" in p.stderr,
+             f"the resume on 3 ranks says it draws sample 15 again: {p.stderr.strip()[-400:]}")
+    saved, _ = st_read(f"{d}/ckpt-world/global_step2/model.safetensors")
+    params = {k: v.double() for k, v in saved.items()}
+    starts = [s * T for s in range(15, 15 + 3 * MICRO)]
+    x = torch.stack([tokens[s:s + T] for s in starts])
+    y = torch.stack([tokens[s + 1:s + T + 1] for s in starts])
+    with torch.no_grad():
+        want = F.cross_entropy(gpt2_forward(params, x, L, NH).reshape(-1, V), y.reshape(-1)).item()
+    got = [m["train/loss"] for m in read_metrics(f"{d}/out-three/metrics.jsonl")
+           if m.get("train/global_step") == 3]
+    ck.check(len(got) == 1 and abs(got[0] - want) < 1e-4 * want,
+             f"step 3 on 3 ranks reads samples 15-26: loss {got} vs torch {want:.6f}")
 ck.done()

@@ -116,8 +116,11 @@ zt_status zt_ckpt_load(zt_engine *e, const char *dir, const char *tag);
  * or in another precision, but does not continue bit-exactly. An fp16 job with a dynamic loss
  * scale resuming a checkpoint without one (fp32, bf16, a static fp16 scale) starts at
  * 2^initial_scale_power, as a fresh run (zt_ckpt_load takes no scale from it), which the line
- * says. A checkpoint older than a key is not compared on it; one whose meta.json cannot be read
- * gives no lines (zt_ckpt_load reports it). */
+ * says. Another data-parallel size that cannot split the samples the checkpoint's ranks drew of
+ * the epoch (data.global_position) gets a line too: zt_ckpt_load rounds each rank's position
+ * down, and the samples past the last full round are drawn again. A checkpoint older than a key
+ * is not compared on it; one whose meta.json cannot be read gives no lines (zt_ckpt_load
+ * reports it). */
 void zt_ckpt_warn_changes(const char *dir, const char *tag, const zt_job_spec *job, FILE *f);
 
 /* zt_ckpt_load with the parameters and the optimizer state written by fill (which must also call
