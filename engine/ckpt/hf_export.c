@@ -34,14 +34,34 @@ static zt_status read_piece(void *ctx, size_t first, float *dst, size_t n) {
     return zt_ckpt_weights_read(e->w, e->index, first, dst, n);
 }
 
-/* Whether out_dir may be written: absent, or an empty directory. */
-static zt_status check_target(const char *out_dir) {
-    struct stat st;
-    if (stat(out_dir, &st) != 0)
+/* Whether out_dir may be written: absent, or an empty directory that the finished export can be
+ * renamed over. A symbolic link (to an empty directory) or a mount point cannot be: rename()
+ * fails on them, which would be found only once the whole model had been written. */
+static zt_status check_target(const char *path) {
+    /* "link/" would name the link's target: the name itself, without trailing slashes. */
+    char out_dir[4200];
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    snprintf(out_dir, sizeof out_dir, "%.*s", (int)len, path);
+    struct stat st, up;
+    if (lstat(out_dir, &st) != 0)
         return errno == ENOENT ? ZT_OK
                                : zt_error(ZT_ERR_IO, "%s: %s", out_dir, strerror(errno));
+    if (S_ISLNK(st.st_mode))
+        return zt_error(ZT_ERR_IO, "%s: is a symbolic link, which export cannot replace with the "
+                        "directory it writes: give a path that does not exist yet, such as "
+                        "%s/model", out_dir, out_dir);
     if (!S_ISDIR(st.st_mode))
         return zt_error(ZT_ERR_IO, "%s: exists and is not a directory", out_dir);
+    /* "/" has "/.." as its parent and "/model" as the example. */
+    const char *base = len > 1 ? out_dir : "";
+    char parent[sizeof out_dir + 4];
+    snprintf(parent, sizeof parent, "%s/..", base);
+    if (stat(parent, &up) == 0 && (up.st_dev != st.st_dev || up.st_ino == st.st_ino))
+        return zt_error(ZT_ERR_IO, "%s: is a mount point, which export cannot replace with the "
+                        "directory it writes: give a path inside it that does not exist yet, "
+                        "such as %s/model", out_dir, base);
     DIR *d = opendir(out_dir);
     if (!d)
         return zt_error(ZT_ERR_IO, "%s: cannot read: %s", out_dir, strerror(errno));

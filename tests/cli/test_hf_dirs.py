@@ -15,7 +15,8 @@ Bad input: a model_type ztrain lacks, a refused config key, a missing shard, a t
 lists but its shard lacks, a tensor of the wrong shape, a config that disagrees with the job, a
 block_size past n_positions, dtypes that are not floats (I64, F8_E4M3): each exits non-zero with
 a message naming the file and the tensor or field, with no metrics and no checkpoint; an export
-into a non-empty directory leaves it as it was."""
+into a non-empty directory leaves it as it was, and one onto a symbolic link or a mount point
+(empty, but not a directory rename() can replace) is refused before anything is written."""
 import copy
 import glob
 import json
@@ -394,6 +395,37 @@ try:
     ck.check(0 < rc < 128 and "busy" in err and "not empty" in err
              and os.listdir(busy) == ["keep.txt"] and not glob.glob(busy + ".tmp*"),
              f"export into a non-empty directory: exit {rc}, left as it was -- {err.strip()[:200]}")
+    # A symbolic link to an empty directory, and a mount point, are empty but cannot be renamed
+    # over: refused before anything is written, saying what to give instead (the rename failed
+    # once the whole model had been written, "Not a directory", "Device or resource busy").
+    empty = os.path.join(top, "empty")
+    os.makedirs(empty)
+    link = os.path.join(top, "link")
+    os.symlink(empty, link)
+    for given in (link, link + "/"):
+        rc, out, err = ztrain(["export", ckpt, "--hf", given])
+        ck.check(0 < rc < 128 and "is a symbolic link" in err and f"{link}/model" in err and
+                 os.listdir(empty) == [] and os.path.islink(link) and
+                 not glob.glob(link + ".tmp*"),
+                 f"export to a link to an empty directory ({given}): refused before writing, "
+                 f"exit {rc} -- {err.strip()[:200]}")
+    mount = os.path.join(top, "mount")
+    os.makedirs(mount)
+    if os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                                             mount], capture_output=True).returncode == 0:
+        try:
+            rc, out, err = ztrain(["export", ckpt, "--hf", mount])
+            ck.check(0 < rc < 128 and "is a mount point" in err and f"{mount}/model" in err and
+                     os.listdir(mount) == [] and not glob.glob(mount + ".tmp*"),
+                     f"export to an empty mount point: refused before writing, exit {rc} -- "
+                     f"{err.strip()[:200]}")
+            rc, out, err = ztrain(["export", ckpt, "--hf", f"{mount}/model"])
+            ck.check(rc == 0 and os.path.exists(f"{mount}/model/config.json"),
+                     f"and a new directory inside it is written: exit {rc} {err.strip()[:200]}")
+        finally:
+            subprocess.run(["umount", mount])
+    else:
+        print("skip  export to a mount point: needs root to mount a tmpfs")
     rc, out, err = ztrain(["export", ckpt, "--hf", os.path.join(top, "x"), "--max-shard-size", "lots"])
     ck.check(rc == 2 and "--max-shard-size" in err and not os.path.exists(os.path.join(top, "x")),
              f"--max-shard-size lots: usage error, nothing written (exit {rc})")
