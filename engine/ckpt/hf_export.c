@@ -250,6 +250,46 @@ done:
     return s;
 }
 
+/* The tokenizer, as save_pretrained writes one beside its model so that AutoTokenizer loads the
+ * directory: the job's tokenizer (data.tokenizer, recorded in the checkpoint) as tokenizer.json,
+ * and the files beside it that AutoTokenizer reads with it. Nothing without a recorded
+ * tokenizer; a recorded one that no longer exists is left out and named in res. */
+static zt_status copy_tokenizer(const char *dir, const char *tag, const char *tmp,
+                                zt_hf_export_result *res) {
+    static const char *const beside[] = {"tokenizer_config.json", "special_tokens_map.json",
+                                         "added_tokens.json"};
+    char *tok_path = NULL;
+    ZT_TRY(zt_ckpt_read_tokenizer(dir, tag, &tok_path));
+    if (!tok_path)
+        return ZT_OK;
+    zt_status s = ZT_OK;
+    if (access(tok_path, F_OK) != 0) {
+        snprintf(res->tokenizer_missing, sizeof res->tokenizer_missing, "%s", tok_path);
+        free(tok_path);
+        return ZT_OK;
+    }
+    for (int i = -1; i < (int)(sizeof beside / sizeof beside[0]) && s == ZT_OK; i++) {
+        char src[4200], dst[4400], *data;
+        size_t len;
+        const char *name = i < 0 ? "tokenizer.json" : beside[i];
+        if (i < 0)
+            snprintf(src, sizeof src, "%s", tok_path);
+        else
+            zt_path_beside(tok_path, name, src, sizeof src);
+        if (i >= 0 && access(src, F_OK) != 0)
+            continue;
+        snprintf(dst, sizeof dst, "%s/%s", tmp, name);
+        s = zt_read_file(src, &data, &len);
+        if (s == ZT_OK) {
+            s = zt_write_file_atomic(dst, data, len);
+            free(data);
+            res->tokenizer_files++;
+        }
+    }
+    free(tok_path);
+    return s;
+}
+
 zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
                        uint64_t max_shard_bytes, zt_hf_export_result *res) {
     ZT_ASSERT(max_shard_bytes > 0);
@@ -278,6 +318,8 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
         snprintf(config, sizeof config, "%s/config.json", tmp);
         s = add_token_ids(dir, tag, config);
     }
+    if (s == ZT_OK)
+        s = copy_tokenizer(dir, tag, tmp, res);
     if (s == ZT_OK)
         s = zt_sync_dir(tmp);
     /* rename() replaces an empty directory, so an out_dir made beforehand is fine. */

@@ -931,6 +931,12 @@ static int export_hf(const char *dir, const char *tag, const char *out, const ch
     if (res.n_positions > 0)
         printf("n_positions is %d, the job's block_size: training crops GPT-2's position table "
                "to block_size, so the checkpoint holds only those rows\n", res.n_positions);
+    if (res.tokenizer_files > 0)
+        printf("with the job's tokenizer (%d file%s)\n", res.tokenizer_files,
+               res.tokenizer_files == 1 ? "" : "s");
+    if (res.tokenizer_missing[0])
+        fprintf(stderr, "ztrain: warning: the job's tokenizer %s no longer exists: %s has no "
+                "tokenizer\n", res.tokenizer_missing, out);
     return 0;
 }
 

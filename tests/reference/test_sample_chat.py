@@ -7,7 +7,8 @@ reply transformers' greedy generate gives for apply_chat_template(conv, add_gene
 stopping at the template's eos_token (<|im_end|>; and a plain word the model is made to
 prefer, so that the stop shows), decoded without special tokens; from a tensor-parallel
 checkpoint too, with the job's data.tokenizer and no --tokenizer. An eos_token that is not one
-token is warned about; export --hf keeps the source config's bos_token_id and eos_token_id;
+token is warned about; export --hf keeps the source config's bos_token_id and eos_token_id and
+copies the job's tokenizer, which AutoTokenizer then loads from the exported directory;
 --temperature 0 is refused before the prompt is printed. A conversation
 the file does not hold as a list is refused naming the file, and an object's "tools" reach the
 template (tools that are not a list are refused), as do its "chat_template_kwargs"."""
@@ -165,6 +166,22 @@ with tempfile.TemporaryDirectory() as d:
              f"export --hf keeps bos_token_id and eos_token_id: "
              f"{(got.bos_token_id, got.eos_token_id) if got else None} vs "
              f"{(want_cfg.bos_token_id, want_cfg.eos_token_id)} {p.stderr.strip()[-200:]}")
+    # And the job's tokenizer comes along, as save_pretrained writes it beside the model:
+    # AutoTokenizer loads the exported directory as it loads the source one, chat template and
+    # all (it failed: the directory had no tokenizer).
+    try:
+        exported_tok = AutoTokenizer.from_pretrained(f"{d}/exported")
+    except Exception as e:  # noqa: BLE001 -- the check reports it
+        exported_tok = e
+    hf_tok = AutoTokenizer.from_pretrained(f"{d}/hf")
+    text = "Hello, world! <|im_end|> 123"
+    ck.check(not isinstance(exported_tok, Exception) and "with the job's tokenizer" in p.stdout and
+             exported_tok(text)["input_ids"] == hf_tok(text)["input_ids"] and
+             exported_tok.apply_chat_template(convs[0], tokenize=False) ==
+             hf_tok.apply_chat_template(convs[0], tokenize=False),
+             f"export --hf copies the job's tokenizer: AutoTokenizer loads it as the source's: "
+             f"{exported_tok if isinstance(exported_tok, Exception) else 'loaded'} "
+             f"{p.stdout.strip()[-200:]}")
 
     # An eos_token that is not one token never stops the reply: said, naming it.
     json.dump({"chat_template": QWEN2, "eos_token": "<|not a token|>"},

@@ -78,6 +78,12 @@ typedef struct {
      * job's block_size: the loader crops the table to it, so rows past it were never trained
      * and are not in the checkpoint. 0 for a model with rotary positions. */
     int n_positions;
+    /* The files of the job's tokenizer copied beside the model (tokenizer.json, and the
+     * tokenizer_config.json, special_tokens_map.json and added_tokens.json beside it), 0
+     * without a data.tokenizer; the path of a recorded tokenizer that no longer exists, else
+     * "". */
+    int tokenizer_files;
+    char tokenizer_missing[4096];
 } zt_hf_export_result;
 
 /* Writes the checkpoint dir/tag (tag NULL: latest) as a Hugging Face directory out_dir:
@@ -86,7 +92,8 @@ typedef struct {
  * model-0000k-of-0000n.safetensors of at most max_shard_bytes each (a larger tensor gets a shard
  * of its own) with model.safetensors.index.json when there is more than one. Tensors are read
  * from the checkpoint one at a time through zt_ckpt_weights (checkpoint.h), so no process holds
- * the whole model. Everything is written into a temporary directory beside out_dir that is
+ * the whole model. The job's tokenizer (data.tokenizer) is copied along, as save_pretrained
+ * writes one beside its model (res says which files). Everything is written into a temporary directory beside out_dir that is
  * renamed into place at the end: out_dir must not exist or be an empty directory, and on failure
  * nothing is left behind. */
 zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
