@@ -21,6 +21,7 @@
 #include "ztrain/fault_inject.h"
 #include "ztrain/fsutil.h"
 #include "ztrain/checkpoint.h"
+#include "ckpt_tp_weights.h"
 
 #define PATH_BYTES 4200
 
@@ -325,9 +326,35 @@ static zt_status agree_on_parts(const char *dir, char *tag, size_t size, char *n
     return s;
 }
 
+/* A layout marker that is there but cannot be read (a damaged pipeline.json or tp.json) would
+ * have the parts' directories taken for the tags of a plain checkpoint: the run would start over
+ * from step 0 and save over them. */
+static zt_status check_markers(const char *dir) {
+    char path[PATH_BYTES + 16];
+    snprintf(path, sizeof path, "%s/pipeline.json", dir);
+    if (zt_path_exists(path) && zt_ckpt_pipeline_stages(dir) == 0)
+        return zt_error(ZT_ERR_FORMAT, "%s: not a pipeline layout this build reads (damaged?): "
+                        "the stages' checkpoints beside it cannot be resumed without it",
+                        path);
+    snprintf(path, sizeof path, "%s/tp.json", dir);
+    if (!zt_path_exists(path))
+        return ZT_OK;
+    zt_ckpt_tp_layout layout;
+    zt_status s = zt_ckpt_tp_layout_read(dir, &layout);
+    if (s != ZT_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", zt_last_error());
+        return zt_error(s, "%s (the tensor-parallel shards' checkpoints beside it cannot be "
+                        "resumed without it)", why);
+    }
+    zt_ckpt_tp_layout_free(&layout);
+    return ZT_OK;
+}
+
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size) {
     tag[0] = note[0] = '\0';
+    ZT_TRY(check_markers(dir));
     /* A pipeline resumes each stage from its own directory, a tensor-parallel job each shard
      * from its own: the first part's choice, if every other part has it too. */
     char part0[PATH_BYTES];

@@ -409,10 +409,12 @@ static zt_status choose_resume(trainer *t) {
     t->resume_tag[0] = '\0';
     if (!dir || !dir[0])
         return ZT_OK;
+    /* Resuming, a damaged layout marker is named before the layout it should say is compared. */
+    if (t->job->train.resume)
+        ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
     ZT_TRY(check_pipeline_layout(t, t->job->train.checkpoint_dir));
     if (!t->job->train.resume)
         return ZT_OK;
-    ZT_TRY(zt_ckpt_find_resume(dir, t->resume_tag, sizeof t->resume_tag, note, sizeof note));
     if (note[0] && t->opts->progress) {
         fprintf(t->opts->progress, "%s\n", note);
         fflush(t->opts->progress);

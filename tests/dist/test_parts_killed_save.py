@@ -10,6 +10,7 @@ a checkpoint every 5:
   the second part's global_step10 is finished but still under its temporary name (killed before
       its rename) and its `latest` names global_step5: the resume takes global_step10.
   the second part has no checkpoint at all: refused naming the part, and nothing is written.
+  the layout marker (pipeline.json, tp.json) is damaged: refused naming it, nothing written.
 
 Before, the pipeline refused to resume ("delete the newer stage checkpoints") and the TP job
 failed loading a shard that does not exist, so a job killed while saving never resumed on its
@@ -30,12 +31,12 @@ DS = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
       "scheduler": {"type": "WarmupDecayLR",
                     "params": {"warmup_num_steps": 3, "total_num_steps": 10}},
       "zero_optimization": {"stage": 1}}
-LAYOUTS = {"pipeline": ({"pipeline": {"stages": 2}}, {}, "stage_01"),
-           "tensor parallel": ({}, {"tensor_parallel": {"autotp_size": 2}}, "tp_01")}
+LAYOUTS = {"pipeline": ({"pipeline": {"stages": 2}}, {}, "stage_01", "pipeline.json"),
+           "tensor parallel": ({}, {"tensor_parallel": {"autotp_size": 2}}, "tp_01", "tp.json")}
 
 
 def job(layout, ckpt, resume):
-    extra, ds, _ = LAYOUTS[layout]
+    extra, ds, _, _ = LAYOUTS[layout]
     return {"name": "parts", "world_size": 2, "model": GPT2,
             "data": {"train": "train.txt", "shuffle": True},
             "train": {"max_steps": 10, "log_interval": 1, "checkpoint_dir": ckpt,
@@ -63,7 +64,7 @@ ck = Checker()
 with tempfile.TemporaryDirectory() as top:
     with open(f"{top}/train.txt", "wb") as f:
         f.write(bytes((i * 7 + i // 13) % 251 for i in range(20000)))
-    for layout, (_, _, second) in LAYOUTS.items():
+    for layout, (_, _, second, marker) in LAYOUTS.items():
         d = tempfile.mkdtemp(dir=top)
         shutil.copy(f"{top}/train.txt", d)
         p = train(d, "whole", job(layout, "ck-whole", False))
@@ -116,5 +117,18 @@ with tempfile.TemporaryDirectory() as top:
                  "no other checkpoint is" in p.stderr and listing(ckpt) == before,
                  f"{layout}: no checkpoint on every part is refused naming the part, nothing "
                  f"written: {p.stderr.strip()[-600:]}")
+        shutil.rmtree(ckpt)
+
+        # A damaged layout marker (cut short): refused naming it. Before, a TP job took the
+        # shard directories for tags without DONE, started over from step 0 and saved over them.
+        shutil.copytree(f"{d}/ck-whole", ckpt)
+        with open(f"{ckpt}/{marker}", "r+") as f:
+            f.truncate(20)
+        before = listing(ckpt)
+        p = train(d, "marker", job(layout, ckpt, True))
+        ck.check(p.returncode != 0 and f"{ckpt}/{marker}" in p.stderr and
+                 "cannot be resumed without it" in p.stderr and listing(ckpt) == before,
+                 f"{layout}: a damaged {marker} is refused naming it, nothing written: "
+                 f"{(p.stdout + p.stderr).strip()[-400:]}")
         shutil.rmtree(ckpt)
 ck.done()
