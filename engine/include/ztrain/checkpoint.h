@@ -70,7 +70,13 @@ zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
  *    and the tags found (starting over would hide that the checkpoint is gone); so is a choice
  *    between complete tags without step numbers, and an unreadable `latest` is ZT_ERR_IO.
  *  - dir is a file: ZT_ERR_IO, "<dir>: exists and is not a directory" (the error its first
- *    save would give), and no notice. */
+ *    save would give), and no notice.
+ *  - dir holds a checkpoint in parts (a pipeline's stages, a tensor-parallel job's shards, each
+ *    with its own `latest`): the first part's choice by the rules above, if every part has a
+ *    complete copy of it; else (a save that did not finish on every part) the newest tag that
+ *    every part has, with a notice naming the part that lacks the other, or ZT_ERR_FORMAT
+ *    naming it when there is none. A pipeline.json or tp.json that cannot be read is an error
+ *    naming it (the parts would pass for tags without DONE). */
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size);
 
