@@ -488,15 +488,24 @@ zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) 
     return s;
 }
 
-/* A number stored as a string in the file's metadata (safetensors metadata values are strings). */
-static size_t meta_size(const zt_st_file *f, const char *key) {
-    if (!f->metadata_json)
-        return 0;
-    cJSON *m = cJSON_Parse(f->metadata_json);
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(m, key);
-    size_t out = cJSON_IsString(item) ? (size_t)strtoull(item->valuestring, NULL, 10) : 0;
-    cJSON_Delete(m);
-    return out;
+/* The saved partitions tile the flat parameters [0, n) in rank order (save_optimizer): file r's
+ * starts where file r - 1's ends, next. Its metadata says where (partition_offset) and of how
+ * many parameters (n_params); a file that says otherwise is damaged or from another checkpoint,
+ * and loading it would put its state on the wrong parameters. */
+static zt_status partition_start(const zt_st_file *f, const char *path, size_t n, size_t next,
+                                 size_t *off) {
+    size_t total = 0;
+    if (!zt_ckpt_st_meta_size(f, "n_params", &total) ||
+        !zt_ckpt_st_meta_size(f, "partition_offset", off))
+        return zt_error(ZT_ERR_FORMAT, "%s: no partition_offset and n_params metadata", path);
+    if (total != n)
+        return zt_error(ZT_ERR_FORMAT, "%s: optimizer state is for %zu parameters, the model has "
+                        "%zu", path, total, n);
+    if (*off != next)
+        return zt_error(ZT_ERR_FORMAT, "%s: its partition starts at parameter %zu, but the "
+                        "partitions of the ranks before it end at %zu (a damaged file, or one of "
+                        "another checkpoint)", path, *off, next);
+    return ZT_OK;
 }
 
 /* Hands the pages of a read-only file mapping that were just copied back to the kernel, so
@@ -536,17 +545,17 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
     for (int i = 0; i < 2 && counted < 0; i++)
         if (zt_engine_has_state(e, kinds[i]))
             counted = i;
-    size_t covered = 0;
+    size_t covered = 0, next = 0;
+    bool any_state = false;
     for (int r = 0; r < saved_world; r++) {
         char path[4400];
         snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tagdir, r);
         zt_st_file f;
         ZT_TRY(zt_st_open(&f, path));
-        zt_status s = ZT_OK;
-        size_t off = meta_size(&f, "partition_offset");
-        if (meta_size(&f, "n_params") != n)
-            s = zt_error(ZT_ERR_FORMAT, "%s: optimizer state is for %zu parameters, the model has %zu",
-                         path, meta_size(&f, "n_params"), n);
+        size_t off = 0, file_len = 0;
+        zt_status s = partition_start(&f, path, n, next, &off);
+        /* The first state tensor gives the partition's length, which the others must have. */
+        bool tiled = false;
         for (int i = 0; i < 3 && s == ZT_OK; i++) {
             if (!zt_engine_has_state(e, kinds[i]))
                 continue;
@@ -562,6 +571,15 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
                 break;
             }
             size_t len = (size_t)t->shape[0];
+            if (!tiled)
+                file_len = len;
+            tiled = true;
+            if (len != file_len || len > n - off) {
+                s = zt_error(ZT_ERR_FORMAT, "%s: '%s' holds %zu values from parameter %zu, "
+                             "where its partition holds %zu of the %zu", path, names[i], len,
+                             off, file_len, n);
+                break;
+            }
             size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
             if (a < b) {
                 const float *src = (const float *)zt_st_data(&f, t) + (a - off);
@@ -574,7 +592,12 @@ static zt_status load_optimizer(zt_engine *e, const char *tagdir, int saved_worl
         }
         zt_st_close(&f);
         ZT_TRY(s);
+        next = tiled ? off + file_len : next;
+        any_state = any_state || tiled;
     }
+    if (any_state && next != n)
+        return zt_error(ZT_ERR_FORMAT, "%s: the optimizer partitions end at parameter %zu of %zu",
+                        tagdir, next, n);
     if (counted >= 0 && covered != hi - lo)
         return zt_error(ZT_ERR_FORMAT, "%s: the optimizer partitions cover %zu of the %zu values "
                         "this rank needs", tagdir, covered, hi - lo);

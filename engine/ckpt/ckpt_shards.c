@@ -15,8 +15,7 @@
 
 #define PATH_BYTES 4400
 
-/* A number stored as a string in a safetensors file's metadata; false when absent or not one. */
-static bool meta_number(const zt_st_file *f, const char *key, size_t *out) {
+bool zt_ckpt_st_meta_size(const zt_st_file *f, const char *key, size_t *out) {
     cJSON *m = f->metadata_json ? cJSON_Parse(f->metadata_json) : NULL;
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(m, key);
     char *end = NULL;
@@ -211,10 +210,10 @@ static zt_status open_slices(zt_ckpt_shard_set *set, const char *tagdir, const c
             zt_ckpt_shards_close(set);
             return ZT_OK;
         }
-        bool has_total = meta_number(&sh->f, "n_params", &total);
+        bool has_total = zt_ckpt_st_meta_size(&sh->f, "n_params", &total);
         if (r == 0 && n_params == 0 && has_total)
             n_params = set->n_params = total;
-        if (!sh->t || sh->t->ndim != 1 || !meta_number(&sh->f, "partition_offset", &sh->lo) ||
+        if (!sh->t || sh->t->ndim != 1 || !zt_ckpt_st_meta_size(&sh->f, "partition_offset", &sh->lo) ||
             !has_total || total != n_params ||
             sh->lo > n_params || (size_t)sh->t->shape[0] > n_params - sh->lo) {
             zt_ckpt_shards_close(set);

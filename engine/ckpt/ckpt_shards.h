@@ -12,6 +12,10 @@
 #include "ztrain/checkpoint.h"
 #include "ztrain/safetensors.h"
 
+/* A whole number stored as a string in a safetensors file's metadata ("partition_offset",
+ * "n_params") into *out; false when absent or not one. */
+bool zt_ckpt_st_meta_size(const zt_st_file *f, const char *key, size_t *out);
+
 /* Every rank: writes its slice of the parameters (fp32, clipped to the real parameters) to
  * path, with "partition_offset" and "n_params" metadata as the optimizer files have. */
 zt_status zt_ckpt_save_param_shard(zt_engine *e, const char *path);

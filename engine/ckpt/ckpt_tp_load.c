@@ -36,14 +36,6 @@ typedef struct {
     bool absent;         /* the state tensor is in no partition (fp32 training has no masters) */
 } reshard;
 
-static size_t meta_size(const zt_st_file *f, const char *key) {
-    cJSON *m = f->metadata_json ? cJSON_Parse(f->metadata_json) : NULL;
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(m, key);
-    size_t out = cJSON_IsString(item) ? (size_t)strtoull(item->valuestring, NULL, 10) : 0;
-    cJSON_Delete(m);
-    return out;
-}
-
 static zt_status open_shard(reshard *r, int p, const char *dir, const char *tag) {
     saved_shard *sh = &r->shards[p];
     char sdir[4200], tagdir[4400], path[4500];
@@ -94,7 +86,12 @@ static zt_status open_shard(reshard *r, int p, const char *dir, const char *tag)
         if (!zt_path_exists(path))
             break; /* a checkpoint without an optimizer */
         ZT_TRY(zt_st_open(&sh->files[sh->n_files], path));
-        sh->file_offset[sh->n_files] = meta_size(&sh->files[sh->n_files], "partition_offset");
+        bool placed = zt_ckpt_st_meta_size(&sh->files[sh->n_files], "partition_offset",
+                                           &sh->file_offset[sh->n_files]);
+        if (!placed) {
+            sh->n_files++; /* closed with the others */
+            return zt_error(ZT_ERR_FORMAT, "%s: no partition_offset metadata", path);
+        }
     }
     return ZT_OK;
 }

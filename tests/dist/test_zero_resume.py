@@ -2,8 +2,12 @@
 different number (4 -> 2 at stage 1, 2 -> 3 at stage 3) re-partitions the optimizer state
 directly and continues within 1e-5 of the uninterrupted run; `ztrain zero-to-fp32` writes the
 consolidated weights, equal to a single-rank run's; a job whose model differs from the
-checkpoint's is refused with the differing field named."""
+checkpoint's is refused with the differing field named, and so is an optimizer partition file
+whose partition_offset does not continue the partitions before it."""
+import json
 import os
+import shutil
+import struct
 import sys
 import tempfile
 
@@ -78,4 +82,46 @@ with tempfile.TemporaryDirectory() as d:
         ck.check(p.returncode != 0 and want in p.stderr,
                  f"resuming with {field} {value}: exit {p.returncode}, message names the field "
                  f"({p.stderr.strip()[-300:]})")
+    # The optimizer partitions tile the flat parameters in rank order, as ZeRO partitions them
+    # (rank r's starts where rank r - 1's ends). A file whose partition_offset says otherwise
+    # (damaged, or taken from another checkpoint) is refused naming it: its state would land on
+    # the wrong parameters, and the parameters it should cover would keep the fresh state.
+    def set_metadata(path, key, value):
+        with open(path, "rb") as f:
+            raw = f.read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        if value is None:
+            header["__metadata__"].pop(key)
+        else:
+            header["__metadata__"][key] = value
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+    tagdir = f"{d}/ck-damaged/global_step10"
+    # 2 ranks' partitions on 1 rank: rank 1's claiming rank 0's place used to load unnoticed
+    # (its values counted as covering the rank's whole range). 4 ranks' on 2: rank 2's claiming
+    # rank 1's place, none, or not a number.
+    for what, saved, world, rank, value in [
+            ("rank 0's offset, on 1 rank", "ck-full22", 1, 1, "0"),
+            ("rank 1's offset, on 2 ranks", "ck-full41", 2, 2, "rank1"),
+            ("no offset", "ck-full41", 2, 2, None), ("not a number", "ck-full41", 2, 2, "x")]:
+        shutil.rmtree(f"{d}/ck-damaged", ignore_errors=True)
+        shutil.copytree(f"{d}/{saved}", f"{d}/ck-damaged")
+        if value == "rank1":
+            with open(f"{tagdir}/optim_rank_00001.safetensors", "rb") as f:
+                n = struct.unpack("<Q", f.read(8))[0]
+                value = json.loads(f.read(n))["__metadata__"]["partition_offset"]
+        set_metadata(f"{tagdir}/optim_rank_{rank:05d}.safetensors", "partition_offset", value)
+        spec = job(world, 1, "ck-damaged", resume=True)
+        spec["train"]["max_steps"] = STEPS + 1
+        write_job(f"{d}/damaged.json", spec)
+        p = run([tool("ztrain"), "run", f"{d}/damaged.json", "--out", f"{d}/damaged"],
+                check=False)
+        ck.check(p.returncode != 0 and f"optim_rank_{rank:05d}.safetensors" in p.stderr and
+                 "resumed from" not in p.stdout,
+                 f"an optimizer partition with {what}: refused naming the file: "
+                 f"{p.stderr.strip()[-300:]}")
 ck.done()
