@@ -213,7 +213,8 @@ static zt_status open_slices(zt_ckpt_shard_set *set, const char *tagdir, const c
         bool has_total = zt_ckpt_st_meta_size(&sh->f, "n_params", &total);
         if (r == 0 && n_params == 0 && has_total)
             n_params = set->n_params = total;
-        if (!sh->t || sh->t->ndim != 1 || !zt_ckpt_st_meta_size(&sh->f, "partition_offset", &sh->lo) ||
+        if (!sh->t || sh->t->ndim != 1 ||
+            !zt_ckpt_st_meta_size(&sh->f, "partition_offset", &sh->lo) ||
             !has_total || total != n_params ||
             sh->lo > n_params || (size_t)sh->t->shape[0] > n_params - sh->lo) {
             zt_ckpt_shards_close(set);

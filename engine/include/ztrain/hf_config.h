@@ -93,9 +93,10 @@ typedef struct {
  * of its own) with model.safetensors.index.json when there is more than one. Tensors are read
  * from the checkpoint one at a time through zt_ckpt_weights (checkpoint.h), so no process holds
  * the whole model. The job's tokenizer (data.tokenizer) is copied along, as save_pretrained
- * writes one beside its model (res says which files). Everything is written into a temporary directory beside out_dir that is
- * renamed into place at the end: out_dir must not exist or be an empty directory, and on failure
- * nothing is left behind. */
+ * writes one beside its model (res says which files). Everything is written into a temporary
+ * directory beside out_dir that is renamed into place at the end: out_dir must not exist or be
+ * an empty directory of its own (not a symbolic link or a mount point, which rename() cannot
+ * replace: refused before anything is written), and on failure nothing is left behind. */
 zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
                        uint64_t max_shard_bytes, zt_hf_export_result *res);
 
