@@ -16,7 +16,8 @@ f. ztrain-worker takes torch's --local_rank=N and ignores it, and refuses a bad 
    options it shares with `ztrain run` (--out, --threads, --set, --profile) take run's forms:
    `--opt=value` and `--opt value` give the same run as `ztrain run` with them, `--profile`,
    `--profile ops` and `--profile=ops` all profile, and its --help lists them; a bad --set, an
-   unknown profile and an empty --out are exit 2 as for run;
+   unknown profile and an empty --out are exit 2 as for run, and so are an option without its
+   value, an unknown option and --help=x, each said as run says it; `--` ends its options;
 g. against a real ztraind with a token: ZTRAIN_TOKEN_FILE names the token's file, both variables
    set is refused naming them; `list -o json|name|wide`, `status -o json|name`; `cancel` of two
    ids cancels both, and an unknown id among them is exit 1 after the others are cancelled.
@@ -359,6 +360,25 @@ def part_f(tmp):
         check(rc == 2 and rc_run == 2 and what in err and what in err_run,
               f"f: worker and run refuse {' '.join(args)} with exit 2 naming it "
               f"({rc}: {err.strip()[:120]} | {rc_run}: {err_run.strip()[:120]})")
+    # Bad usage is told apart as `ztrain run` tells it: an option without its value, an
+    # unknown option, a value given to --help; `--` ends the options of both.
+    for args, what in ((["--out"], "--out needs a value"),
+                       (["--set"], "--set needs a value"),
+                       (["--bogus"], "unknown option '--bogus'"),
+                       (["--help=x"], "--help takes no value")):
+        rc, _, err = run([worker, job] + args)
+        rc_run, _, err_run = run([ZTRAIN, "run", job] + args)
+        check(rc == 2 and rc_run == 2 and what in err and what in err_run,
+              f"f: worker and run say '{what}' for {' '.join(args)} "
+              f"({rc}: {err.strip()[:120]} | {rc_run}: {err_run.strip()[:120]})")
+    shutil.copy(job, os.path.join(d, "-job.json"))
+    for prog in ([worker], [ZTRAIN, "run"]):
+        out = os.path.join(d, "dash-" + os.path.basename(prog[-1]))
+        rc, _, err = run(prog + ["--out", out, "--", "-job.json"], cwd=d)
+        check(rc == 0 and os.path.exists(os.path.join(out, "metrics.jsonl")) and
+              last_step(out) == 2,
+              f"f: {' '.join(os.path.basename(p) for p in prog)} --out DIR -- -job.json "
+              f"trains the file named -job.json ({rc}: {err.strip()[-160:]})")
 
 
 def part_g(tmp):
