@@ -84,7 +84,8 @@ static const char usage[] =
     "                       (docs/profiling.md); also --profile=ops\n"
     "  --set KEY.PATH=VALUE override a key of the job file (repeatable)\n"
     "  --validated          the launcher has validated the job and printed its notes\n"
-    "An option's value may follow it or be joined with '=' (--out=DIR), as for `ztrain run`.\n";
+    "An option's value may follow it or be joined with '=' (--out=DIR), and -- ends the options,\n"
+    "as for `ztrain run`.\n";
 
 /* The options, in the form zt_cli_split_equals takes: '=' marks one with a value. */
 static const char options[] = "--out= --threads= --profile --set= --validated --local_rank= "
