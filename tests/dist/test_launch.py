@@ -19,7 +19,7 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
   e. SIGINT to `ztrain run` with a checkpoint_dir: exit 130 and a complete checkpoint (DONE).
   f. ztrain-worker missing next to ztrain: the error names the path it tried.
   g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death).
-  h. A second signal (SIGTERM, then SIGINT at once) SIGKILLs the ranks: exit 137, not the 130 of a
+  h. A second signal (SIGINT, then SIGINT again) SIGKILLs the ranks: exit 137, not the 130 of a
      checkpointed stop (docs/getting-started.md's table), saying the last step was not
      checkpointed.
   i. A token file truncated while 1 or 2 ranks train from it: the rank that reads past its new end
@@ -516,19 +516,24 @@ def case_i():
 
 
 def signal_twice(run):
-    """A second signal to `ztrain run` while its first is handled: SIGTERM then SIGINT (two
-    different signals, so that the second is not merged into the first while pending, and not
-    a SIGTERM, which within 1 s of the first would be the same request: case k). Its exit
-    status and stderr."""
-    os.kill(run.p.pid, signal.SIGTERM)
+    """A second signal to `ztrain run` while its first is handled: SIGINT, and SIGINT again once
+    the first has been taken (a second Ctrl-C; not a SIGTERM, which within 1 s of the first is
+    the same request: case k). The run was started with SLOW_RANK so that it is still stopping
+    then. Its exit status and stderr."""
+    os.kill(run.p.pid, signal.SIGINT)
+    time.sleep(0.1)
     os.kill(run.p.pid, signal.SIGINT)
     rc = run.wait(20)
     return rc, run.stderr()
 
 
+# Rank 0 sleeps this long a batch (ms), so that a run asked to stop is still stopping 0.1 s later.
+SLOW_RANK = 300
+
+
 def case_h():
-    d, job = new_case(checkpoint=True)
-    run = Run(job)
+    d, job = new_case(checkpoint=True, log_interval=1)
+    run = Run(job, env=base_env(ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
     try:
         started = run.wait_training()
         ranks = rank_pids(run)
@@ -547,7 +552,7 @@ def case_h():
 
 
 def case_j():
-    d, job = new_case(checkpoint=True)
+    d, job = new_case(checkpoint=True, log_interval=1)
     with open(job) as f:
         spec = json.load(f)
     spec["deepspeed"]["zero_optimization"] = {
@@ -561,7 +566,7 @@ def case_j():
         f.write(b"another run's state")
     tmp = os.path.join(d, "tmp")    # where the launcher keeps its record of the directories
     os.makedirs(tmp)
-    run = Run(job, env=base_env(TMPDIR=tmp))
+    run = Run(job, env=base_env(TMPDIR=tmp, ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
     try:
         started = run.wait_training()
         ranks = rank_pids(run)
@@ -594,9 +599,7 @@ def case_j():
 
 def case_k():
     d, job = new_case(checkpoint=True, log_interval=1)
-    # Rank 0 sleeps 300 ms a batch, so the step the first SIGTERM lets finish is still running
-    # when the second comes.
-    run = Run(job, env=base_env(ZTRAIN_INJECT_SLOW_RANK=300))
+    run = Run(job, env=base_env(ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
     try:
         started = run.wait_training()
         ranks = rank_pids(run)
