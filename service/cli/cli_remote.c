@@ -147,6 +147,12 @@ static bool takes_value(const char *flag) {
     return false;
 }
 
+/* A job as an operand or in --fork-from: its id, or its resource name "jobs/ID", the form the
+ * server's messages name jobs by (docs/api.md), which the Python client takes too. */
+static const char *job_id(const char *a) {
+    return strncmp(a, "jobs/", 5) == 0 ? a + 5 : a;
+}
+
 static int parse_options(options *o, int argc, char **argv) {
     bool operands = false;
     for (int i = 0; i < argc; i++) {
@@ -155,6 +161,8 @@ static int parse_options(options *o, int argc, char **argv) {
         if (kind < 0)
             continue;
         if (kind > 0) {
+            if (strcmp(o->command, "submit") != 0)  /* submit's operand is a file */
+                a = job_id(a);
             if (!o->arg)
                 o->arg = a;
             else if (strcmp(o->command, "cancel") == 0 &&
@@ -689,15 +697,15 @@ static zt_status read_spec(const options *o, Ztrain__V1__JobSpec **spec) {
 /* --fork-from ID@STEP into the spec's fork_from (replacing one the job file has); the spec and
  * what it holds are freed as unpacked messages, so everything here comes from malloc. */
 static int set_fork_from(const options *o, Ztrain__V1__JobSpec *spec) {
-    const char *at = strrchr(o->fork_from, '@');
+    const char *from = job_id(o->fork_from), *at = strrchr(from, '@');
     long step;
-    if (!at || at == o->fork_from)
+    if (!at || at == from)
         return usage_error(o, "--fork-from '%s': expected JOB@STEP (job-000042@800)",
                            o->fork_from);
     if (zt_cli_parse_long("--fork-from's step", at + 1, 0, LONG_MAX, &step))
         return 2;
     Ztrain__V1__ForkFrom *f = malloc(sizeof *f);
-    char *id = strndup(o->fork_from, (size_t)(at - o->fork_from));
+    char *id = strndup(from, (size_t)(at - from));
     ZT_ASSERT(f && id);
     ztrain__v1__fork_from__init(f);
     f->job = id;

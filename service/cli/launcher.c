@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "launcher.h"
 #include "ranks/rank_group.h"
+#include "ztrain/stop_signals.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,7 +30,8 @@ typedef struct {
     int first_failed;       /* -1 until a rank fails */
     int spawn_rank;         /* the rank that could not be started, -1 if every rank started */
     char spawn_error[512];  /* why it could not */
-    int user_signals;       /* SIGINT/SIGTERM received */
+    int user_signals;       /* SIGINT/SIGTERM received, less repeats of the first request */
+    double first_signal_at; /* CLOCK_MONOTONIC seconds of the first of them */
     int term_signals_sent;  /* SIGTERMs sent to the group */
     bool terminating;       /* tearing down after a failure: SIGKILL at deadline */
     bool kill_sent;
@@ -207,8 +209,14 @@ static void supervise(launch *l, const sigset_t *waitset) {
         } else if (sig == SIGCHLD) {
             if (si.si_code == CLD_EXITED || si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
                 hint = si.si_pid;
+        } else if (l->user_signals > 0 && sig == SIGTERM &&
+                   now_s() - l->first_signal_at < ZT_STOP_REPEATED_TERM_S) {
+            /* The first stop asked for again, as a rank takes it (ztrain/stop_signals.h): a
+             * supervisor or slurmd sends SIGTERM twice in a row, and killing the ranks for the
+             * second would lose the checkpoint the first asked for. */
         } else {
-            l->user_signals++;
+            if (l->user_signals++ == 0)
+                l->first_signal_at = now_s();
             if (l->user_signals == 1 && !l->terminating)
                 terminate_group(l); /* a stop: the ranks checkpoint and exit 130, no deadline */
             else

@@ -99,6 +99,14 @@ static int config_line(word_list *w, const char *path, int line_no, char *line,
                 line_no, value);
         return -1;
     }
+    /* --help and --version would print and exit 0 instead of starting the daemon the file
+     * configures: a supervisor would take that for a clean stop. */
+    if (!strcmp(flag, "--help") || !strcmp(flag, "--version")) {
+        fprintf(stderr, "ztraind: %s:%d: '%s' is not a setting: a config file holds the flags "
+                        "that configure the daemon (help and version are the command line's)\n",
+                path, line_no, s);
+        return -1;
+    }
     bool sw = is_switch(flag, strlen(flag), switches);
     if (sw && *value) {
         fprintf(stderr, "ztraind: %s:%d: '%s' takes no value (got '%s')\n", path, line_no, s,

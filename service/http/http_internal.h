@@ -19,8 +19,10 @@
 #include "api/auth.h"
 #include "daemon/job_manager.h"
 
-/* The largest `tail` of log lines a request may ask for (GET .../logs and .../events). */
-#define ZT_MAX_LOG_TAIL 100000
+/* The largest `tail` of log lines a request may ask for (GET .../logs and .../events): the range
+ * of StreamLogsRequest.tail (int32), so that HTTP takes what gRPC takes. The job manager keeps
+ * 10,000 lines a job; a larger tail gets them all (zt_jobs_logs). */
+#define ZT_MAX_LOG_TAIL INT32_MAX
 
 typedef struct zt_sse zt_sse;
 typedef struct zt_series_cache zt_series_cache;

@@ -84,7 +84,8 @@ static const char usage[] =
     "                       (docs/profiling.md); also --profile=ops\n"
     "  --set KEY.PATH=VALUE override a key of the job file (repeatable)\n"
     "  --validated          the launcher has validated the job and printed its notes\n"
-    "An option's value may follow it or be joined with '=' (--out=DIR), as for `ztrain run`.\n";
+    "An option's value may follow it or be joined with '=' (--out=DIR), and -- ends the options,\n"
+    "as for `ztrain run`.\n";
 
 /* The options, in the form zt_cli_split_equals takes: '=' marks one with a value. */
 static const char options[] = "--out= --threads= --profile --set= --validated --local_rank= "
@@ -325,71 +326,96 @@ typedef struct {
     bool validated, profile;
 } worker_args;
 
-/* The command line (after zt_cli_split_equals) into *a. Returns -1 to go on, else the exit
- * status: 0 after --help or --version, 2 for bad usage (said on stderr). */
-static int parse_args(int argc, char **argv, worker_args *a) {
-    for (int i = 0; i < argc; i++) {
-        int took = local_rank_arg(argc, argv, i);
-        if (took < 0)
-            return 2;
-        if (took > 0) {
-            i += took - 1;
-            continue;
+/* Bad usage: the message about `word`, then the usage text, on stderr. */
+static void say_usage(const char *fmt, const char *word) {
+    fputs("ztrain-worker: ", stderr);
+    fprintf(stderr, fmt, word);
+    fprintf(stderr, "\n%s", usage);
+}
+
+/* One option at argv[i] (its value, when it takes one, at argv[i + 1]) into *a. Returns how
+ * many arguments it took, or -1 after saying what was wrong. */
+static int parse_option(int argc, char **argv, int i, worker_args *a) {
+    const char *o = argv[i];
+    int took = local_rank_arg(argc, argv, i);
+    if (took != 0)
+        return took;
+    if ((took = zt_cli_profile_arg("ztrain-worker", argc, argv, i)) != 0) {
+        a->profile = took > 0;
+        return took;
+    }
+    if (strcmp(o, "--validated") == 0) {
+        a->validated = true;
+        return 1;
+    }
+    if (!zt_cli_takes_value(options, o) || i + 1 >= argc) {
+        say_usage(zt_cli_takes_value(options, o) ? "%s needs a value" : "unknown option '%s'", o);
+        return -1;
+    }
+    const char *v = argv[i + 1];
+    if (strcmp(o, "--set") == 0) {
+        if (a->n_sets == sizeof a->sets / sizeof a->sets[0]) {
+            fprintf(stderr, "ztrain-worker: at most 64 --set overrides\n");
+            return -1;
         }
-        if ((took = zt_cli_profile_arg("ztrain-worker", argc, argv, i)) != 0) {
+        if (!zt_cli_set_form_ok(v)) {
+            fprintf(stderr, "ztrain-worker: --set '%s': expected KEY.PATH=VALUE "
+                            "(train.max_steps=30)\n", v);
+            return -1;
+        }
+        a->sets[a->n_sets++] = v;
+    } else if (strcmp(o, "--out") == 0) {
+        if (!v[0]) {
+            fprintf(stderr, "ztrain-worker: --out needs a directory, got ''\n");
+            return -1;
+        }
+        a->out = v;
+    } else {  /* --threads */
+        char *end;
+        errno = 0;
+        a->threads = strtol(v, &end, 10);
+        if (errno || end == v || *end || a->threads < 1 || a->threads > 1024) {
+            fprintf(stderr, "ztrain-worker: --threads expects an integer in [1, 1024], got "
+                            "'%s'\n", v);
+            return -1;
+        }
+    }
+    return 2;
+}
+
+/* The command line (after zt_cli_split_equals) into *a, in the forms `ztrain run` takes (-- ends
+ * the options; --help=X is refused). Returns -1 to go on, else the exit status: 0 after --help
+ * or --version, 2 for bad usage (said on stderr). */
+static int parse_args(int argc, char **argv, worker_args *a) {
+    int help = zt_cli_wants_help("ztrain-worker", options, argc, argv);
+    if (help != 0) {
+        if (help > 0)
+            fputs(usage, stdout);
+        return help > 0 ? 0 : 2;
+    }
+    bool operands = false;
+    for (int i = 0; i < argc; i++) {
+        int kind = zt_cli_word_kind(argv[i], &operands);
+        if (kind < 0)
+            continue;
+        if (kind == 0 && strcmp(argv[i], "--version") == 0) {
+            printf("ztrain-worker %s\n", ZTRAIN_VERSION);
+            return 0;
+        }
+        if (kind == 0) {
+            int took = parse_option(argc, argv, i, a);
             if (took < 0)
                 return 2;
             i += took - 1;
-            a->profile = true;
-        } else if (strcmp(argv[i], "--version") == 0) {
-            printf("ztrain-worker %s\n", ZTRAIN_VERSION);
-            return 0;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs(usage, stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (a->n_sets == sizeof a->sets / sizeof a->sets[0]) {
-                fprintf(stderr, "ztrain-worker: at most 64 --set overrides\n");
-                return 2;
-            }
-            if (!zt_cli_set_form_ok(v)) {
-                fprintf(stderr, "ztrain-worker: --set '%s': expected KEY.PATH=VALUE "
-                                "(train.max_steps=30)\n", v);
-                return 2;
-            }
-            a->sets[a->n_sets++] = v;
-        } else if (strcmp(argv[i], "--validated") == 0) {
-            a->validated = true;
-        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            a->out = argv[++i];
-            if (!a->out[0]) {
-                fprintf(stderr, "ztrain-worker: --out needs a directory, got ''\n");
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            char *end;
-            const char *v = argv[++i];
-            errno = 0;
-            a->threads = strtol(v, &end, 10);
-            if (errno || end == v || *end || a->threads < 1 || a->threads > 1024) {
-                fprintf(stderr, "ztrain-worker: --threads expects an integer in [1, 1024], got "
-                                "'%s'\n", v);
-                return 2;
-            }
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "ztrain-worker: unknown option or missing value '%s'\n%s", argv[i],
-                    usage);
-            return 2;
         } else if (a->job_path) {
-            fprintf(stderr, "ztrain-worker: unexpected argument '%s'\n%s", argv[i], usage);
+            say_usage("unexpected argument '%s'", argv[i]);
             return 2;
         } else {
             a->job_path = argv[i];
         }
     }
     if (!a->job_path) {
-        fprintf(stderr, "ztrain-worker: the job file is missing\n%s", usage);
+        say_usage("the job file is missing%s", "");
         return 2;
     }
     return -1;

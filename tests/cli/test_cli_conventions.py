@@ -16,10 +16,12 @@ f. ztrain-worker takes torch's --local_rank=N and ignores it, and refuses a bad 
    options it shares with `ztrain run` (--out, --threads, --set, --profile) take run's forms:
    `--opt=value` and `--opt value` give the same run as `ztrain run` with them, `--profile`,
    `--profile ops` and `--profile=ops` all profile, and its --help lists them; a bad --set, an
-   unknown profile and an empty --out are exit 2 as for run;
+   unknown profile and an empty --out are exit 2 as for run, and so are an option without its
+   value, an unknown option and --help=x, each said as run says it; `--` ends its options;
 g. against a real ztraind with a token: ZTRAIN_TOKEN_FILE names the token's file, both variables
    set is refused naming them; `list -o json|name|wide`, `status -o json|name`; `cancel` of two
-   ids cancels both, and an unknown id among them is exit 1 after the others are cancelled.
+   ids cancels both, and an unknown id among them is exit 1 after the others are cancelled; a
+   job's resource name jobs/ID (the server's messages name jobs so) works where its id does.
 """
 import json
 import os
@@ -359,6 +361,25 @@ def part_f(tmp):
         check(rc == 2 and rc_run == 2 and what in err and what in err_run,
               f"f: worker and run refuse {' '.join(args)} with exit 2 naming it "
               f"({rc}: {err.strip()[:120]} | {rc_run}: {err_run.strip()[:120]})")
+    # Bad usage is told apart as `ztrain run` tells it: an option without its value, an
+    # unknown option, a value given to --help; `--` ends the options of both.
+    for args, what in ((["--out"], "--out needs a value"),
+                       (["--set"], "--set needs a value"),
+                       (["--bogus"], "unknown option '--bogus'"),
+                       (["--help=x"], "--help takes no value")):
+        rc, _, err = run([worker, job] + args)
+        rc_run, _, err_run = run([ZTRAIN, "run", job] + args)
+        check(rc == 2 and rc_run == 2 and what in err and what in err_run,
+              f"f: worker and run say '{what}' for {' '.join(args)} "
+              f"({rc}: {err.strip()[:120]} | {rc_run}: {err_run.strip()[:120]})")
+    shutil.copy(job, os.path.join(d, "-job.json"))
+    for prog in ([worker], [ZTRAIN, "run"]):
+        out = os.path.join(d, "dash-" + os.path.basename(prog[-1]))
+        rc, _, err = run(prog + ["--out", out, "--", "-job.json"], cwd=d)
+        check(rc == 0 and os.path.exists(os.path.join(out, "metrics.jsonl")) and
+              last_step(out) == 2,
+              f"f: {' '.join(os.path.basename(p) for p in prog)} --out DIR -- -job.json "
+              f"trains the file named -job.json ({rc}: {err.strip()[-160:]})")
 
 
 def part_g(tmp):
@@ -422,14 +443,22 @@ def part_g(tmp):
         check(rc == 0 and json.loads(out)["id"] == ids[0], "g: status -o json")
         rc, out, _ = run([ZTRAIN, "status", ids[0], "-o", "name"], env=env)
         check(rc == 0 and out.strip() == ids[0], "g: status -o name")
+        # A job's resource name, jobs/ID, as the server's messages write it, names it too.
+        rc, out, err = run([ZTRAIN, "status", "jobs/" + ids[0], "-o", "name"], env=env)
+        check(rc == 0 and out.strip() == ids[0],
+              f"g: status jobs/ID is the job ({out.strip()} {err.strip()})")
+        rc, _, err = run([ZTRAIN, "submit", job, "--fork-from", f"jobs/{ids[0]}@7"], env=env)
+        check(rc == 1 and f"fork_from.step: jobs/{ids[0]} has no complete checkpoint" in err,
+              f"g: --fork-from jobs/ID@STEP names the job ({err.strip()})")
         rc, _, err = run([ZTRAIN, "list", "-o", "yaml"], env=env)
         check(rc == 2 and "yaml" in err, "g: -o yaml is bad usage naming it")
         rc, _, err = run([ZTRAIN, "status", ids[0], "-o", "wide"], env=env)
         check(rc == 2 and "-o wide" in err, "g: status -o wide is bad usage (it has no columns)")
-        rc, out, err = run([ZTRAIN, "cancel", ids[0], "job-999999", ids[1], "--force"], env=env)
+        rc, out, err = run([ZTRAIN, "cancel", ids[0], "job-999999", "jobs/" + ids[1], "--force"],
+                           env=env)
         check(rc == 1 and "job-999999" in err and out.count(ids[0]) == 1 and
-              out.count(ids[1]) == 1, f"g: cancel of three ids: the unknown one fails, the "
-              f"others are cancelled ({out.strip()} | {err.strip()})")
+              out.count(ids[1]) == 1, f"g: cancel of three ids (one as jobs/ID): the unknown one "
+              f"fails, the others are cancelled ({out.strip()} | {err.strip()})")
         deadline = time.monotonic() + 60
         states = []
         while time.monotonic() < deadline:

@@ -19,7 +19,7 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
   e. SIGINT to `ztrain run` with a checkpoint_dir: exit 130 and a complete checkpoint (DONE).
   f. ztrain-worker missing next to ztrain: the error names the path it tried.
   g. SIGKILL of `ztrain run` itself: its ranks follow it (they ask for SIGTERM on its death).
-  h. A second signal (SIGINT, then SIGTERM at once) SIGKILLs the ranks: exit 137, not the 130 of a
+  h. A second signal (SIGINT, then SIGINT again) SIGKILLs the ranks: exit 137, not the 130 of a
      checkpointed stop (docs/getting-started.md's table), saying the last step was not
      checkpointed.
   i. A token file truncated while 1 or 2 ranks train from it: the rank that reads past its new end
@@ -29,6 +29,9 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
      ranks cannot remove their offload directories, so `ztrain run` removes each one its ranks
      made and says so per rank, while a directory beside them that another run made (named like
      this job's rank 1's) is left as it was.
+  k. A SIGTERM less than 1 s after the first is the same stop asked again, as a rank takes it
+     (slurmd and supervisors send SIGTERM twice in a row; docs/getting-started.md): the run,
+     still stopping when it comes, exits 130 with a complete checkpoint.
 
 Run: python3 tests/dist/test_launch.py [LETTERS] (e.g. "hj": only those cases)."""
 import json
@@ -513,18 +516,24 @@ def case_i():
 
 
 def signal_twice(run):
-    """A second signal to `ztrain run` while its first is handled: SIGINT then SIGTERM (two
-    different signals, so that the second is not merged into the first while pending). Its exit
-    status and stderr."""
+    """A second signal to `ztrain run` while its first is handled: SIGINT, and SIGINT again once
+    the first has been taken (a second Ctrl-C; not a SIGTERM, which within 1 s of the first is
+    the same request: case k). The run was started with SLOW_RANK so that it is still stopping
+    then. Its exit status and stderr."""
     os.kill(run.p.pid, signal.SIGINT)
-    os.kill(run.p.pid, signal.SIGTERM)
+    time.sleep(0.1)
+    os.kill(run.p.pid, signal.SIGINT)
     rc = run.wait(20)
     return rc, run.stderr()
 
 
+# Rank 0 sleeps this long a batch (ms), so that a run asked to stop is still stopping 0.1 s later.
+SLOW_RANK = 300
+
+
 def case_h():
-    d, job = new_case(checkpoint=True)
-    run = Run(job)
+    d, job = new_case(checkpoint=True, log_interval=1)
+    run = Run(job, env=base_env(ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
     try:
         started = run.wait_training()
         ranks = rank_pids(run)
@@ -543,7 +552,7 @@ def case_h():
 
 
 def case_j():
-    d, job = new_case(checkpoint=True)
+    d, job = new_case(checkpoint=True, log_interval=1)
     with open(job) as f:
         spec = json.load(f)
     spec["deepspeed"]["zero_optimization"] = {
@@ -557,7 +566,7 @@ def case_j():
         f.write(b"another run's state")
     tmp = os.path.join(d, "tmp")    # where the launcher keeps its record of the directories
     os.makedirs(tmp)
-    run = Run(job, env=base_env(TMPDIR=tmp))
+    run = Run(job, env=base_env(TMPDIR=tmp, ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
     try:
         started = run.wait_training()
         ranks = rank_pids(run)
@@ -588,7 +597,37 @@ def case_j():
         cleanup(job, run)
 
 
-cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j)
+def case_k():
+    d, job = new_case(checkpoint=True, log_interval=1)
+    run = Run(job, env=base_env(ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
+    try:
+        started = run.wait_training()
+        ranks = rank_pids(run)
+        ck.check(started and len(ranks) == 2, f"k: both ranks start and train ({ranks})")
+        if len(ranks) != 2:
+            return
+        os.kill(run.p.pid, signal.SIGTERM)
+        time.sleep(0.1)
+        stopping = run.p.poll() is None
+        os.kill(run.p.pid, signal.SIGTERM)
+        rc = run.wait(20)
+        ck.check(stopping, "k: the run is still stopping when the second SIGTERM comes")
+        ck.check(rc == 130, f"k: SIGTERM twice within 1 s stops `ztrain run` with exit 130, as "
+                            f"one (exit {rc}) {run.stderr().strip()[-300:]}")
+        ckpt = os.path.join(d, "ckpt")
+        tag = ""
+        if os.path.exists(os.path.join(ckpt, "latest")):
+            with open(os.path.join(ckpt, "latest")) as f:
+                tag = f.read().strip()
+        ck.check(tag and os.path.exists(os.path.join(ckpt, tag, "DONE")),
+                 f"k: the checkpoint '{tag}' is complete (DONE written)")
+        left = no_leftovers(job)
+        ck.check(not left, f"k: no process of the job is left ({left})")
+    finally:
+        cleanup(job, run)
+
+
+cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j, case_k)
 try:
     for case in cases:
         if len(sys.argv) > 1 and case.__name__[-1] not in sys.argv[1]:

@@ -36,6 +36,7 @@ import os
 import re
 import sys
 import time
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -242,6 +243,21 @@ def main():
                                         timeout=60))
         same("d: /logs as ListLogLinesResponse, StreamLogs' tail", list(logs.lines), streamed)
         ck.check(len(logs.lines) == 5, f"d: tail=5 gives 5 lines ({len(logs.lines)})")
+        # A tail above the kept lines is every kept line (docs/api.md, Logs), over HTTP as over
+        # gRPC: the largest the proto's int32 holds, and one past the 100,000 HTTP once refused.
+        kept = list(stub.StreamLogs(pb.StreamLogsRequest(id=j.id, tail=10000), metadata=md,
+                                    timeout=60))
+        for big in (100001, 2**31 - 1):
+            try:
+                logs, raw = http(d, f"/api/v1/jobs/{j.id}/logs?tail={big}",
+                                 pb.ListLogLinesResponse)
+            except urllib.error.HTTPError as e:
+                logs, raw = None, f"{e.code} {e.read()[:100]}"
+            streamed = list(stub.StreamLogs(pb.StreamLogsRequest(id=j.id, tail=big),
+                                            metadata=md, timeout=60))
+            ck.check(logs is not None and list(logs.lines) == streamed == kept and len(kept) > 5,
+                     f"d: tail={big} gives every kept line over HTTP and gRPC "
+                     f"({len(streamed)} of {len(kept)}; HTTP {str(raw)[:120]})")
 
         # e. the event stream
         kinds = {"job": ("job", pb.Job), "metrics": ("metrics", pb.MetricRecord),

@@ -135,6 +135,10 @@ def case_b(tmp):
                               r"{f}:1: 'webhook-allow-private' takes no value"),
         "nested": ("config = other.conf\n", r"{f}:1: config files do not nest"),
         "NUL byte": ("max-jobs = 3\0\n", r"{f}:1: a NUL byte"),
+        # They would print and exit 0: a daemon that never starts, and a supervisor that sees a
+        # clean stop.
+        "help": ("max-jobs = 3\nhelp\n", r"{f}:2: 'help' is not a setting"),
+        "version": ("version\n", r"{f}:1: 'version' is not a setting"),
     }
     for what, (text, pattern) in bad.items():
         conf = os.path.join(tmp, what.replace(" ", "-") + ".conf")
