@@ -345,21 +345,35 @@ def run_torch(args, torch, family, model, micro, compiled):
                 "peak_memory": torch.cuda.max_memory_allocated()}
     except torch.cuda.OutOfMemoryError:
         return {"error": "out of memory"}
-    except RuntimeError as e:  # torch.compile's backends fail in their own ways under pressure
+    except Exception as e:  # torch.compile's backends (Inductor, Triton, the host compiler)
+        # fail in their own ways, not all of them RuntimeErrors: one failed run must not end
+        # the benchmark and the runs after it
         return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     finally:
         del net
         torch.cuda.empty_cache()
 
 
+# What each run says when a micro-batch does not fit: ztrain's admission ("does not fit on the
+# GPU") and its allocations ("out of memory", "cannot allocate"), PyTorch's OutOfMemoryError
+# ("out of memory"), llm.c's fall-back to managed memory.
+MEMORY_ERRORS = ("out of memory", "does not fit", "cannot allocate", "managed memory")
+
+
+def out_of_memory(result):
+    return any(m in result.get("error", "").lower() for m in MEMORY_ERRORS)
+
+
 def largest(run, start, exact=False):
-    """The first micro-batch from start down by halves that runs, and its result."""
+    """The first micro-batch from start down by halves that runs, and its result. Only a
+    micro-batch that did not fit is retried smaller: any other failure (a crash, a compiler
+    error, a timeout) would fail again at every size, each try costing the GPU's minutes."""
     micro, last = start, None
     while micro >= (start if exact else 1):
         last = run(micro)
         if "error" not in last:
             return dict(last, micro_batch=micro)
-        if last.get("timeout"):  # a smaller batch would not be faster to fail
+        if not out_of_memory(last):
             break
         micro //= 2
     return dict(last or {"error": "nothing ran"}, micro_batch=0)
@@ -418,6 +432,10 @@ def main(argv=None):
         return 1
     device = torch.cuda.get_device_name(0)
     peak_name, peak = peak_of(device)
+    # The legacy setter on purpose: it sets the legacy and the new (2.9's fp32_precision) flags
+    # alike, where setting only the new one makes Inductor, which reads the legacy flag, fail
+    # every torch.compile on 2.9 and later ("mix of the legacy and new APIs",
+    # github.com/pytorch/pytorch/issues/166387); it only warns.
     torch.backends.cuda.matmul.allow_tf32 = True
     res = {"device": device, "peak": {"name": peak_name, "flops": peak}, "torch": torch.__version__}
     runs = [r for r in args.runs.split(",") if r]
@@ -456,13 +474,15 @@ def main(argv=None):
                     record("ztrain_offload", largest(
                         lambda mb: run_ztrain(args, work, model, mb, stage=2, offload=True),
                         start))
+            if "llmc" in runs and family == "gpt2":
+                record("llmc", largest(lambda mb: run_llmc(args, data, mb), start,
+                                       args.exact_batch))
+            # PyTorch last: it runs in this process, with no --timeout of its own, so a
+            # torch.compile that hangs leaves the runs before it recorded.
             for r, compiled in (("torch_eager", False), ("torch_compile", True)):
                 if r in runs and not (family == "llama" and compiled):
                     record(r, largest(lambda mb: run_torch(args, torch, family, model, mb,
                                                            compiled), start))
-            if "llmc" in runs and family == "gpt2":
-                record("llmc", largest(lambda mb: run_llmc(args, data, mb), start,
-                                       args.exact_batch))
             print(f"{family} ({params / 1e6:.0f}M parameters) on {device}, MFU against "
                   f"{peak_name} {peak / 1e12:.0f} TFLOPS dense bf16:")
             for r, v in out.items():

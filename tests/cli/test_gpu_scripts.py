@@ -103,6 +103,61 @@ want = 16 * 1024 * 1000.0 / after[len(after) // 2]
 check(got == want, f"llm.c's tokens/s from its step lines: {got}, expected {want}")
 check(bench_gpu.llmc_tokens_per_s("no steps here", 16, 3) is None,
       "llm.c's output without step lines gives no figure")
+
+# The micro-batch search: a size that does not fit (each run's own words for it) is retried at
+# half the size; any other failure would fail alike at every size, each try the GPU's minutes.
+def tries(error, exact=False):
+    sizes = []
+
+    def fake_run(micro):
+        sizes.append(micro)
+        return {"error": error} if micro > 2 else {"tokens_per_s": 1.0}
+    return sizes, bench_gpu.largest(fake_run, 16, exact)
+
+
+for oom in ("ztrain: job.json: the job does not fit on the GPU: it needs an estimated 96.4 GiB",
+            "gpt2: out of memory", "out of memory", "llm.c micro-batch 16: its optimizer state "
+            "fell back to managed memory (the device is full)"):
+    sizes, res = tries(oom)
+    check(sizes == [16, 8, 4, 2] and res.get("micro_batch") == 2,
+          f"a micro-batch that does not fit is retried at half ({oom[:40]}...): {sizes} {res}")
+for other in ("InductorError: LoweringException: RuntimeError: mix of the legacy and new APIs",
+              "ztrain run micro-batch 16: no result within --timeout 180 s",
+              "cuda backend: an illegal memory access was encountered"):
+    sizes, res = tries(other)
+    check(sizes == [16] and res.get("micro_batch") == 0 and res.get("error") == other,
+          f"any other failure is not retried at smaller sizes ({other[:40]}...): {sizes}")
+sizes, res = tries("out of memory", exact=True)
+check(sizes == [16] and res.get("micro_batch") == 0, f"--exact-batch tries one size: {sizes}")
+
+
+# A PyTorch run that fails in a way of its own (Inductor, Triton or the host compiler raise more
+# than RuntimeError) is recorded as the run's error, not raised past the runs after it.
+class FakeCuda:
+    OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
+
+    def empty_cache(self):
+        pass
+
+    def reset_peak_memory_stats(self):
+        pass
+
+
+class FakeTorch:
+    cuda = FakeCuda()
+
+    @property
+    def nn(self):
+        raise AssertionError("inductor: an internal assertion")
+
+
+args = bench_gpu.argparse.Namespace(steps=1, warmup=0)
+try:
+    res = bench_gpu.run_torch(args, FakeTorch(), "gpt2", bench_gpu.GPT2, 4, True)
+except Exception as e:  # noqa: BLE001
+    res = {"raised": repr(e)}
+check(res.get("error") == "AssertionError: inductor: an internal assertion",
+      f"a torch.compile failure that is no RuntimeError is the run's error: {res}")
 p = run([BENCH, "--micro-batch", "0", "--dry-run"])
 check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is refused")
 p = run([BENCH])
