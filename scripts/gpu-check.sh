@@ -25,7 +25,8 @@
 #
 # A GPU is lent for minutes: 15 of device time in all, start-up included, at most 600 s a
 # command (../shared/reference/toolchain.md, the device tool). The phases run in the order of
-# PHASES below, the correctness checks before the timings. The default plan is every phase but
+# PHASES below: the ops and a training curve against the CPU, then the first tokens/s beside
+# llm.c's and PyTorch's, then the rest. The default plan is every phase but
 # `bench` and `ops_perf` (PLAN_DEFAULT: 530 s of limits, within the 540 s budget that leaves a
 # 600 s command a minute); the second command, with the device time left, is
 #   scripts/gpu-check.sh run OUTDIR2 --phases bench,ops_perf --budget SECONDS
@@ -33,6 +34,10 @@
 # left of the budget; a phase with less than PHASE_MIN seconds left is skipped, saying so. The
 # JSON is rewritten as each phase ends, so a run cut short still returns what it measured. A
 # failure is recorded as PHASE_error, naming the phase, the op or step, and the device's message.
+# OUTDIR holds five files at most (the device tool brings back eight): the JSON, the log of
+# everything printed, written as it is printed, logs.tar.gz (each phase's and each tool's own
+# log, packed again as each phase ends) and the profile phase's profile-gpt2.json and
+# perf_model.md.
 # The `train` phase's NCCL check needs two GPUs: on a one-GPU machine it says "skip nccl".
 #
 # The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB), NCCL (220 MB;
@@ -54,10 +59,10 @@ MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
 ATTENTION_LIBS="libcudnn.so.9 libnvrtc.so.13"
 # The phases in the order they run, most answer per second first, and each one's time limit
 # (docs/gpu.md's table, which tests/cli/test_gpu_bundle.py compares with `plan`).
-PHASES=(device bundle ops curve train throughput profile bench ops_perf)
+PHASES=(device bundle ops curve throughput train profile bench ops_perf)
 declare -A PHASE_LIMIT=([device]=15 [bundle]=20 [ops]=60 [curve]=45 [train]=240 [throughput]=90
                         [profile]=60 [bench]=240 [ops_perf]=60)
-PLAN_DEFAULT=ops,curve,train,throughput,profile     # and device, bundle: 530 s of limits
+PLAN_DEFAULT=ops,curve,throughput,train,profile     # and device, bundle: 530 s of limits
 BUDGET_DEFAULT=540              # seconds: the device tool's 600 s a command, less a minute
 PHASE_MIN=10                    # seconds: a phase left less is skipped
 STEP_MIN=5                      # seconds: a phase's step left less is skipped
@@ -189,6 +194,8 @@ prepare() {
 # ---- run (GPU machine) ------------------------------------------------------------------------
 
 OUT=""
+SCRATCH=""   # the run's own folder outside OUT: LOGS and the training checks' work, removed at the end
+LOGS=""      # each phase's and each tool's log and JSON, packed into OUT/logs.tar.gz
 FIGURES=()   # "name": value pairs of the JSON, in the order measured
 FAILED=()
 SKIP_GPU=""  # why the GPU phases cannot run ("" while they can)
@@ -200,6 +207,13 @@ json_str() {  # a JSON string of $1: backslashes, quotes and control characters 
 }
 figure() { FIGURES+=("\"$1\": $2"); }
 log() { echo "== $*"; }
+
+# LOGS packed into OUT/logs.tar.gz, replacing the last packing whole: OUT keeps its few files
+# (the device tool brings back eight) however many logs the phases write.
+pack_logs() {
+    [ -n "$LOGS" ] && [ -d "$LOGS" ] || return 0
+    tar -C "$LOGS" -czf "$OUT/logs.tar.gz.tmp" . && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
 
 write_json() {
     local json="$OUT/gpu-check.json" i
@@ -235,16 +249,22 @@ phase() {
     log "phase $name (at most ${limit} s)"
     PHASE_WHY=""
     local t0=$SECONDS rc
-    # Not through a pipe, which would run the phase in a subshell and lose what it records.
-    "$@" "$limit" >"$OUT/phase-$name.log" 2>&1
+    # Printed as it is printed, into gpu-check.log, so that a run killed in this phase still
+    # brings back its output; not through a pipe, which would run the phase in a subshell and
+    # lose what it records.
+    local out tee_pid
+    exec {out}> >(tee "$LOGS/phase-$name.log")
+    tee_pid=$!
+    "$@" "$limit" >&"$out" 2>&1
     rc=$?
-    cat "$OUT/phase-$name.log"
+    exec {out}>&-
+    wait "$tee_pid"  # for tee to write the phase's last lines
     if [ "$rc" -eq 0 ]; then
         figure "${name}_ok" true
     else
         local why=$PHASE_WHY
         [ -z "$why" ] && [ "$rc" -eq 124 ] && why="timed out after $limit s"
-        [ -n "$why" ] || why=$(grep -v '^\s*$' "$OUT/phase-$name.log" | tail -1)
+        [ -n "$why" ] || why=$(grep -v '^\s*$' "$LOGS/phase-$name.log" | tail -1)
         figure "${name}_ok" false
         figure "${name}_error" "$(json_str "phase $name: ${why:-exit $rc}")"
         echo "gpu-check: phase $name failed: ${why:-exit $rc}"
@@ -252,6 +272,7 @@ phase() {
     fi
     figure "${name}_seconds" $((SECONDS - t0))
     write_json
+    pack_logs
 }
 
 # Runs a command within LIMIT seconds, its output in LOGF. The phase's first failing step sets
@@ -269,9 +290,15 @@ bounded() {
         [ -n "$PHASE_WHY" ] || PHASE_WHY="$step skipped: ${limit} s left of the phase"
         return 124
     fi
-    timeout --kill-after=5 "$limit" "$@" >"$logf" 2>&1
-    local rc=$?
-    cat "$logf"
+    # Into LOGF, and printed as it is written (tail until timeout exits): a pipe to tee would
+    # wait for whatever process still held it open, the step's time limit or not.
+    timeout --kill-after=5 "$limit" "$@" >"$logf" 2>&1 &
+    local pid=$!
+    tail -n +1 -f --pid="$pid" "$logf" 2>/dev/null &
+    local tailer=$! rc
+    wait "$pid"
+    rc=$?
+    wait "$tailer"
     if [ "$rc" -ne 0 ] && [ -z "$PHASE_WHY" ]; then
         PHASE_WHY=$(grep -m1 '^FAIL' "$logf" || grep -v '^\s*$' "$logf" | tail -1)
         [ "$rc" -eq 124 ] && PHASE_WHY="$step timed out after $limit s (${PHASE_WHY:-no output})"
@@ -444,33 +471,33 @@ llmc_wrap() {
 phase_ops() {
     local limit=$1 t0=$SECONDS rc=0
     SKIPPED_STEPS=()
-    bounded "$limit" "$OUT/test_cuda_host.log" "$BIN/test_cuda_host" || return 1
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops" || rc=$?
-    figure ops_failures "$(failures "$OUT/test_ops.log")"
+    bounded "$limit" "$LOGS/test_cuda_host.log" "$BIN/test_cuda_host" || return 1
+    bounded $((limit - (SECONDS - t0))) "$LOGS/test_ops.log" "$BIN/test_ops" || rc=$?
+    figure ops_failures "$(failures "$LOGS/test_ops.log")"
     # Attention chooses cuDNN's fused attention for the 16-bit shapes it takes
     # (kernels/cuda/attention/attention.c): the run above checked those against the CPU. The family again
     # with ZTRAIN_ATTENTION=flash checks ztrain's flash kernel on the same cases, so both meet
     # the same reference on this GPU; the first "[ztrain] attention:" line says what ran.
-    figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$OUT/test_ops.log")")"
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_flash.log" \
+    figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$LOGS/test_ops.log")")"
+    bounded $((limit - (SECONDS - t0))) "$LOGS/test_ops_flash.log" \
         env ZTRAIN_ATTENTION=flash "$BIN/test_ops" --op attention || rc=1
-    figure ops_flash_failures "$(failures "$OUT/test_ops_flash.log")"
+    figure ops_flash_failures "$(failures "$LOGS/test_ops_flash.log")"
     # The linear layers' bias gradient comes from cuBLASLt's BGRADA / BGRADB epilogue where this
     # GPU's cuBLASLt has an algorithm for it, else from the row-tile sums (kernels/cuda/linear.cu;
     # the first "[ztrain] bias gradient:" line says which, and why). The linear families again
     # with ZTRAIN_CUDA_BIAS_GRAD=sums check the sums against the same reference on this GPU.
     figure bias_grad_choice \
-        "$(json_str "$(grep -m1 '^\[ztrain\] bias gradient:' "$OUT/test_ops.log")")"
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_bias_sums.log" \
+        "$(json_str "$(grep -m1 '^\[ztrain\] bias gradient:' "$LOGS/test_ops.log")")"
+    bounded $((limit - (SECONDS - t0))) "$LOGS/test_ops_bias_sums.log" \
         env ZTRAIN_CUDA_BIAS_GRAD=sums "$BIN/test_ops" --op linear --op linear_gelu \
         --op linear_twin || rc=1
-    figure ops_bias_sums_failures "$(failures "$OUT/test_ops_bias_sums.log")"
+    figure ops_bias_sums_failures "$(failures "$LOGS/test_ops_bias_sums.log")"
     figure ops_skipped "$(json_str "${SKIPPED_STEPS[*]:-}")"
     # test_ops writes its "backends:" line at once (line-buffered), so it is there unless the
     # CUDA backend was not among them.
-    if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
+    if ! grep -q 'backends: cpu cuda' "$LOGS/test_ops.log"; then
         [ -n "$PHASE_WHY" ] || PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' \
-            "$OUT/test_ops.log")"
+            "$LOGS/test_ops.log")"
         [ "$rc" -ne 0 ] || rc=1
     fi
     if [ "$CUDNN_FOUND" != true ]; then
@@ -486,29 +513,30 @@ test_ops ran the flash kernel in its place"
 # tests/gpu/train_check.py's checks; its FIGURE lines become figures of the JSON.
 train_checks() {
     local limit=$1 checks=$2 prefix=$3
-    local logf="$OUT/train_$prefix.log"
+    local logf="$LOGS/train_$prefix.log"
     bounded "$limit" "$logf" python3 "$ROOT/tests/gpu/train_check.py" --bin "$BIN" \
-        --dir "$OUT/train-work" --checks "$checks" --timeout $((limit > 10 ? limit - 5 : 5))
+        --dir "$SCRATCH/train-work" --checks "$checks" --timeout $((limit > 10 ? limit - 5 : 5))
     local rc=$? name value
     while read -r _ name value; do figure "train_$name" "$value"; done \
         < <(grep '^FIGURE ' "$logf")
     figure "${prefix}_failures" "$(grep -c '^FAIL' "$logf")"
-    rm -rf "$OUT/train-work"
+    rm -rf "$SCRATCH/train-work"
     return "$rc"
 }
 phase_curve() { train_checks "$1" gpt2,curve curve; }
 phase_train() { train_checks "$1" llama,bf16,zero,memory,resume,nccl train; }
 
-# GPT-2 124M on ztrain (and llm.c, when carried) for about a minute: the first tokens/s and MFU
-# figures, and the first ratio to llm.c on this GPU.
+# GPT-2 124M on ztrain, llm.c (when carried) and PyTorch eager for about a minute: the first
+# tokens/s and MFU figures, and the first ratios to llm.c and PyTorch on this GPU, in case the
+# second command (the benchmark, with torch.compile) never gets its device time.
 phase_throughput() {
     local limit=$1
-    bounded "$limit" "$OUT/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
-        --runs "ztrain${LLMC_BIN:+,llmc}" "${LLMC_ARGS[@]}" \
+    bounded "$limit" "$LOGS/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+        --runs "ztrain${LLMC_BIN:+,llmc},torch_eager" "${LLMC_ARGS[@]}" \
         --models gpt2 --steps 20 --warmup 3 --micro-batch 8 \
-        --timeout $((limit > 20 ? limit - 10 : 10)) --out "$OUT/throughput.json"
+        --timeout $((limit > 20 ? limit - 10 : 10)) --out "$LOGS/throughput.json"
     local rc=$?
-    [ -s "$OUT/throughput.json" ] && figure throughput "$(cat "$OUT/throughput.json")"
+    [ -s "$LOGS/throughput.json" ] && figure throughput "$(cat "$LOGS/throughput.json")"
     return "$rc"
 }
 
@@ -518,10 +546,10 @@ phase_throughput() {
 # bench/README.md's, docs/profiling.md).
 phase_profile() {
     local limit=$1
-    bounded "$limit" "$OUT/profile.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+    bounded "$limit" "$LOGS/profile.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
         --runs ztrain --models gpt2 --steps 4 --warmup 2 --micro-batch 16 --exact-batch \
         --profile "$OUT/profile-gpt2.json" --timeout $((limit > 20 ? limit - 10 : 10)) \
-        --out "$OUT/profile-run.json"
+        --out "$LOGS/profile-run.json"
     local rc=$?
     if [ -s "$OUT/profile-gpt2.json" ]; then
         figure profile "$(cat "$OUT/profile-gpt2.json")"
@@ -533,7 +561,7 @@ phase_profile() {
 }
 
 phase_ops_perf() {
-    bounded "$1" "$OUT/test_ops_perf.log" "$BIN/test_ops" --perf
+    bounded "$1" "$LOGS/test_ops_perf.log" "$BIN/test_ops" --perf
 }
 
 # The benchmark: ztrain against PyTorch eager and torch.compile (and llm.c, when carried) on GPT-2
@@ -541,11 +569,11 @@ phase_ops_perf() {
 # run, so a phase cut short keeps the runs before.
 phase_bench() {
     local limit=$1
-    bounded "$limit" "$OUT/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+    bounded "$limit" "$LOGS/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
         --runs "ztrain,torch_eager,torch_compile${LLMC_BIN:+,llmc}" "${LLMC_ARGS[@]}" \
-        --steps 20 --warmup 5 --micro-batch 16 --timeout 180 --out "$OUT/bench_gpu.json"
+        --steps 20 --warmup 5 --micro-batch 16 --timeout 180 --out "$LOGS/bench_gpu.json"
     local rc=$?
-    [ -s "$OUT/bench_gpu.json" ] && figure bench "$(cat "$OUT/bench_gpu.json")"
+    [ -s "$LOGS/bench_gpu.json" ] && figure bench "$(cat "$LOGS/bench_gpu.json")"
     return "$rc"
 }
 
@@ -612,10 +640,13 @@ run() {
     figure commit "$(json_str "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)")"
     figure plan "$(json_str "${PLAN[*]}")"
     figure budget_seconds "$BUDGET"
-    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON; every run
-    # leaves no unpacked bundle behind (107 MB).
-    trap 'figure interrupted true; write_json; exit 3' INT TERM
-    trap '[ -z "$BUNDLE_DIR" ] || rm -rf "$BUNDLE_DIR"' EXIT
+    SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/ztrain-gpu-run.XXXXXX") || die "no temporary directory"
+    LOGS="$SCRATCH/logs"
+    mkdir -p "$LOGS" || die "cannot create $LOGS"
+    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON and its logs;
+    # every run leaves no unpacked bundle (107 MB) and no scratch behind.
+    trap 'figure interrupted true; write_json; pack_logs; exit 3' INT TERM
+    trap 'rm -rf ${BUNDLE_DIR:+"$BUNDLE_DIR"} "$SCRATCH"' EXIT
     write_json
     if [ ! -f "$CARRY/bundle.tar.xz" ]; then
         figure bundle_ok false
