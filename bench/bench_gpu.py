@@ -23,8 +23,10 @@ heads over 4 key/value heads, SwiGLU 5632, vocabulary 32000, sequence 2048), tra
 ZeRO stage 2 as it is and with "offload_optimizer": "cpu", and by PyTorch eager, to show what one
 GPU holds with and without offload.
 
---dry-run prints the plan (the models' parameter counts, the peaks, the runs, the job specs) as
-JSON without touching a GPU or importing torch: what the CPU-only tests check. The figures go to
+The device is the first GPU nvidia-smi lists; PyTorch is imported only for its own runs, and
+without a CUDA device of its own only they fail: ztrain's and llm.c's figures do not depend on
+it. --dry-run prints the plan (the models' parameter counts, the peaks, the runs, the job specs)
+as JSON without touching a GPU or importing torch: what the CPU-only tests check. The figures go to
 --out as JSON; bench/README.md keeps only figures from a GPU run, with the device named."""
 import argparse
 import json
@@ -364,6 +366,33 @@ def out_of_memory(result):
     return any(m in result.get("error", "").lower() for m in MEMORY_ERRORS)
 
 
+def gpu_name():
+    """The first GPU's name as nvidia-smi gives it (CUDA's name for it too), or None: asked
+    without PyTorch, which ztrain's and llm.c's runs do not need."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i",
+                              "0"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.strip().splitlines() or [""])[0].strip() or None
+
+
+def load_torch():
+    """PyTorch with a CUDA device, or None and why not: then only the PyTorch runs fail."""
+    try:
+        import torch
+    except ImportError as e:
+        return None, f"import torch failed: {e}"
+    if not torch.cuda.is_available():
+        return None, f"torch {torch.__version__}: torch.cuda.is_available() is False"
+    # The legacy setter on purpose: it sets the legacy and the new (2.9's fp32_precision) flags
+    # alike, where setting only the new one makes Inductor, which reads the legacy flag, fail
+    # every torch.compile on 2.9 and later ("mix of the legacy and new APIs",
+    # github.com/pytorch/pytorch/issues/166387); it only warns.
+    torch.backends.cuda.matmul.allow_tf32 = True
+    return torch, None
+
+
 def largest(run, start, exact=False):
     """The first micro-batch from start down by halves that runs, and its result. Only a
     micro-batch that did not fit is retried smaller: any other failure (a crash, a compiler
@@ -422,23 +451,16 @@ def main(argv=None):
     if args.dry_run:
         print(json.dumps(plan(args), indent=2))
         return 0
-    try:
-        import torch
-    except ImportError:
-        print("bench_gpu: needs PyTorch with CUDA (import torch failed)", file=sys.stderr)
+    device = gpu_name()
+    if device is None:
+        print("bench_gpu: needs a CUDA GPU: nvidia-smi lists none", file=sys.stderr)
         return 1
-    if not torch.cuda.is_available():
-        print("bench_gpu: needs a CUDA GPU: torch.cuda.is_available() is False", file=sys.stderr)
-        return 1
-    device = torch.cuda.get_device_name(0)
     peak_name, peak = peak_of(device)
-    # The legacy setter on purpose: it sets the legacy and the new (2.9's fp32_precision) flags
-    # alike, where setting only the new one makes Inductor, which reads the legacy flag, fail
-    # every torch.compile on 2.9 and later ("mix of the legacy and new APIs",
-    # github.com/pytorch/pytorch/issues/166387); it only warns.
-    torch.backends.cuda.matmul.allow_tf32 = True
-    res = {"device": device, "peak": {"name": peak_name, "flops": peak}, "torch": torch.__version__}
     runs = [r for r in args.runs.split(",") if r]
+    torch, torch_error = load_torch() if {"torch_eager", "torch_compile"} & set(runs) else \
+        (None, "not asked for")
+    res = {"device": device, "peak": {"name": peak_name, "flops": peak},
+           "torch": torch.__version__ if torch else torch_error}
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as work:
         for family in [m for m in args.models.split(",") if m]:
             model = GPT2 if family == "gpt2" else LLAMA
@@ -482,7 +504,8 @@ def main(argv=None):
             for r, compiled in (("torch_eager", False), ("torch_compile", True)):
                 if r in runs and not (family == "llama" and compiled):
                     record(r, largest(lambda mb: run_torch(args, torch, family, model, mb,
-                                                           compiled), start))
+                                                           compiled), start)
+                           if torch else {"error": f"PyTorch: {torch_error}", "micro_batch": 0})
             print(f"{family} ({params / 1e6:.0f}M parameters) on {device}, MFU against "
                   f"{peak_name} {peak / 1e12:.0f} TFLOPS dense bf16:")
             for r, v in out.items():

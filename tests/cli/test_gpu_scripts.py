@@ -7,8 +7,10 @@ argument handling and --dry-run plan are checked too: the model sizes it states 
 124M's and the 1.1B Llama's parameter counts, computed here."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cliref import BUILD, SRC, Checks  # noqa: E402
@@ -158,6 +160,38 @@ except Exception as e:  # noqa: BLE001
     res = {"raised": repr(e)}
 check(res.get("error") == "AssertionError: inductor: an internal assertion",
       f"a torch.compile failure that is no RuntimeError is the run's error: {res}")
+
+# ztrain's figures without PyTorch's CUDA (this Python's torch has none): a fake nvidia-smi and a
+# fake `ztrain run` that writes the metrics a run writes; the PyTorch run fails alone, saying why.
+fake = tempfile.mkdtemp(prefix="zt-bench-gpu-")
+with open(os.path.join(fake, "nvidia-smi"), "w") as f:
+    f.write("#!/bin/sh\ncase \"$*\" in *name*) echo 'NVIDIA H100 80GB HBM3';; "
+            "*memory.used*) echo 1000;; esac\n")
+with open(os.path.join(fake, "ztrain"), "w") as f:
+    f.write("#!/bin/sh\n# ztrain run JOB --out DIR\nmkdir -p \"$4\"\nfor i in 1 2 3; do echo "
+            "'{\"step\": '$i', \"perf/tokens_per_second\": 100000.0}'; done "
+            ">\"$4/metrics.jsonl\"\n")
+for name in ("nvidia-smi", "ztrain"):
+    os.chmod(os.path.join(fake, name), 0o755)
+out_json = os.path.join(fake, "out.json")
+p = subprocess.run([sys.executable, BENCH, "--ztrain-bin", fake, "--runs", "ztrain,torch_eager",
+                    "--models", "gpt2", "--steps", "2", "--warmup", "1", "--out", out_json],
+                   capture_output=True, text=True, timeout=120,
+                   env=dict(os.environ, PATH=fake + os.pathsep + os.environ["PATH"]))
+try:
+    res = json.load(open(out_json))
+except (OSError, ValueError):
+    res = {}
+z, t = res.get("gpt2", {}).get("ztrain", {}), res.get("gpt2", {}).get("torch_eager", {})
+fpt = bench_gpu.flops_per_token(bench_gpu.GPT2, bench_gpu.gpt2_params(bench_gpu.GPT2))
+check(p.returncode == 0 and res.get("device") == "NVIDIA H100 80GB HBM3" and
+      z.get("tokens_per_s") == 100000.0 and z.get("mfu") == 100000.0 * fpt / 989e12,
+      f"ztrain's tokens/s and MFU without PyTorch's CUDA: exit {p.returncode} {z} "
+      f"{p.stderr.strip()[-300:]}")
+check("torch.cuda.is_available() is False" in t.get("error", "") or
+      "import torch failed" in t.get("error", ""),
+      f"the PyTorch run fails alone, saying why: {t}")
+shutil.rmtree(fake, ignore_errors=True)
 p = run([BENCH, "--micro-batch", "0", "--dry-run"])
 check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is refused")
 p = run([BENCH])
