@@ -13,8 +13,9 @@ AdamW, trained by
   training section, tokens/s the micro-batch's tokens over the median step after --warmup,
 each at the largest micro-batch that fits (tried from --micro-batch down by halves) for --steps
 steps after --warmup. Prints tokens/s, MFU and peak GPU memory of each and the ratios ztrain /
-PyTorch. MFU = tokens/s × FLOPs per token / the dense bf16 peak of the device, FLOPs per token
-being DeepSpeed's 6·params + 12·layers·width·sequence (ztrain's perf/tflops formula), the peak
+PyTorch and llm.c, and exits 1 naming the runs that gave no figure. MFU = tokens/s × FLOPs per
+token / the dense bf16 peak of the device, FLOPs per token by llm.c's count (flops_per_token:
+6 per weight, less an untied input embedding, and 6·layers·width·sequence), the peak
 from ztrain/gpu.h's table (H100 SXM and H200 989 TFLOPS, H100 NVL and H200 NVL 835, A100 312),
 stated with the result.
 
@@ -519,6 +520,13 @@ def main(argv=None):
                               f"{v.get('peak_memory', 0) / 2**30:.1f} GiB")
                 elif r.startswith("ratio"):
                     print(f"  {r}: {v:.2f}")
+    # A run that gave no figure fails the benchmark (and the phase of scripts/gpu-check.sh that
+    # ran it), naming it; the others' figures are in --out all the same.
+    failed = [f"{family} {r}" for family, out in res.items() if isinstance(out, dict)
+              for r, v in out.items() if isinstance(v, dict) and "error" in v]
+    if failed:
+        print(f"bench_gpu: no figure from {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -184,13 +184,15 @@ except (OSError, ValueError):
     res = {}
 z, t = res.get("gpt2", {}).get("ztrain", {}), res.get("gpt2", {}).get("torch_eager", {})
 fpt = bench_gpu.flops_per_token(bench_gpu.GPT2, bench_gpu.gpt2_params(bench_gpu.GPT2))
-check(p.returncode == 0 and res.get("device") == "NVIDIA H100 80GB HBM3" and
+check(p.returncode == 1 and res.get("device") == "NVIDIA H100 80GB HBM3" and
       z.get("tokens_per_s") == 100000.0 and z.get("mfu") == 100000.0 * fpt / 989e12,
       f"ztrain's tokens/s and MFU without PyTorch's CUDA: exit {p.returncode} {z} "
       f"{p.stderr.strip()[-300:]}")
 check("torch.cuda.is_available() is False" in t.get("error", "") or
       "import torch failed" in t.get("error", ""),
       f"the PyTorch run fails alone, saying why: {t}")
+check(p.stderr.strip().splitlines()[-1:] == ["bench_gpu: no figure from gpt2 torch_eager"],
+      f"a run without a figure fails the benchmark, named in its last line: {p.stderr[-300:]}")
 shutil.rmtree(fake, ignore_errors=True)
 p = run([BENCH, "--micro-batch", "0", "--dry-run"])
 check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is refused")
