@@ -66,6 +66,9 @@ PLAN_DEFAULT=ops,curve,throughput,train,profile     # and device, bundle: 530 s 
 BUDGET_DEFAULT=540              # seconds: the device tool's 600 s a command, less a minute
 PHASE_MIN=10                    # seconds: a phase left less is skipped
 STEP_MIN=5                      # seconds: a phase's step left less is skipped
+# Seconds one run of a training check may take (tests/gpu/train_check.py --timeout; a GPU runs
+# each in a few): one that hangs fails its own check, not every check after it in the phase.
+RUN_LIMIT=${ZT_GPU_RUN_LIMIT:-60}
 # llm.c, the benchmark's reference (bench_gpu.py's llmc run): a checkout or git directory of
 # github.com/karpathy/llm.c, and of github.com/NVIDIA/cudnn-frontend for its cuDNN attention
 # (llm.c's USE_CUDNN=1 build), each taken at its HEAD; fetched by whoever prepares, carried in
@@ -194,7 +197,7 @@ prepare() {
 # ---- run (GPU machine) ------------------------------------------------------------------------
 
 OUT=""
-SCRATCH=""   # the run's own folder outside OUT: LOGS and the training checks' work, removed at the end
+SCRATCH=""   # the run's folder outside OUT: LOGS and the training checks' work, removed at the end
 LOGS=""      # each phase's and each tool's log and JSON, packed into OUT/logs.tar.gz
 FIGURES=()   # "name": value pairs of the JSON, in the order measured
 FAILED=()
@@ -478,7 +481,8 @@ phase_ops() {
     # (kernels/cuda/attention/attention.c): the run above checked those against the CPU. The family again
     # with ZTRAIN_ATTENTION=flash checks ztrain's flash kernel on the same cases, so both meet
     # the same reference on this GPU; the first "[ztrain] attention:" line says what ran.
-    figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$LOGS/test_ops.log")")"
+    figure attention_choice \
+        "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$LOGS/test_ops.log")")"
     bounded $((limit - (SECONDS - t0))) "$LOGS/test_ops_flash.log" \
         env ZTRAIN_ATTENTION=flash "$BIN/test_ops" --op attention || rc=1
     figure ops_flash_failures "$(failures "$LOGS/test_ops_flash.log")"
@@ -513,9 +517,10 @@ test_ops ran the flash kernel in its place"
 # tests/gpu/train_check.py's checks; its FIGURE lines become figures of the JSON.
 train_checks() {
     local limit=$1 checks=$2 prefix=$3
-    local logf="$LOGS/train_$prefix.log"
+    local logf="$LOGS/train_$prefix.log" run_limit=$((limit > 10 ? limit - 5 : 5))
+    [ "$run_limit" -le "$RUN_LIMIT" ] || run_limit=$RUN_LIMIT
     bounded "$limit" "$logf" python3 "$ROOT/tests/gpu/train_check.py" --bin "$BIN" \
-        --dir "$SCRATCH/train-work" --checks "$checks" --timeout $((limit > 10 ? limit - 5 : 5))
+        --dir "$SCRATCH/train-work" --checks "$checks" --timeout "$run_limit"
     local rc=$? name value
     while read -r _ name value; do figure "train_$name" "$value"; done \
         < <(grep '^FIGURE ' "$logf")
@@ -634,6 +639,7 @@ run() {
     mkdir -p "$OUT" || die "cannot create $OUT"
     OUT=$(cd "$OUT" && pwd)
     exec > >(tee "$OUT/gpu-check.log") 2>&1
+    local tee_pid=$!
     RUN_T0=$SECONDS
     log "gpu-check $(date -u +%FT%TZ) in $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
     log "phases: ${PLAN[*]}, within $BUDGET s"
@@ -646,7 +652,9 @@ run() {
     # A cut run (the lease ends, a timeout kills the script) still leaves its JSON and its logs;
     # every run leaves no unpacked bundle (107 MB) and no scratch behind.
     trap 'figure interrupted true; write_json; pack_logs; exit 3' INT TERM
-    trap 'rm -rf ${BUNDLE_DIR:+"$BUNDLE_DIR"} "$SCRATCH"' EXIT
+    # The log's tee is waited for, or the run's last lines could land after the device tool has
+    # taken OUTDIR.
+    trap 'rm -rf ${BUNDLE_DIR:+"$BUNDLE_DIR"} "$SCRATCH"; exec >&- 2>&-; wait '"$tee_pid" EXIT
     write_json
     if [ ! -f "$CARRY/bundle.tar.xz" ]; then
         figure bundle_ok false

@@ -1,0 +1,101 @@
+"""scripts/gpu-check.sh's run against a stand-in bundle (no build, no GPU): programs that are
+scripts, a fake nvidia-smi, and a `ztrain run` that hangs where asked. What a single run on a
+lent GPU must not do is checked here, where it costs nothing:
+
+- a training check's run that hangs is stopped after ZT_GPU_RUN_LIMIT seconds (60 by default,
+  a GPU's runs taking a few), so the checks after it in the phase still run, rather than the
+  one run taking the whole 240 s phase;
+- OUTDIR keeps to the few files the device tool brings back (at most 8), the logs packed in
+  logs.tar.gz, and the JSON says which check failed and why."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cliref import SRC, Checks  # noqa: E402
+
+SCRIPT = os.path.join(SRC, "scripts", "gpu-check.sh")
+ck = Checks()
+check = ck.check
+
+# `ztrain run JOB --out DIR`: the losses a run logs, the same on every device, so the checks
+# that compare runs pass; the job named in HANG never returns, as a run stuck on a GPU.
+FAKE_ZTRAIN = r'''#!/usr/bin/env python3
+import json, os, sys, time
+if sys.argv[1:2] != ["run"]:
+    sys.exit(2)
+job = json.load(open(sys.argv[2]))
+if job["name"] == os.environ.get("HANG"):
+    time.sleep(3600)
+out = sys.argv[sys.argv.index("--out") + 1]
+os.makedirs(out, exist_ok=True)
+steps = job["train"].get("bench_steps") or job["train"]["max_steps"]
+with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+    for i in range(1, steps + 1):
+        f.write(json.dumps({"step": i, "train/loss": 5.0 - 0.1 * i}) + "\n")
+'''
+NVIDIA_SMI = ("#!/bin/sh\ncase \"$*\" in *--list-gpus*) echo 'GPU 0: NVIDIA H100 80GB HBM3';; "
+              "*) echo 'NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB';; esac\n")
+
+
+def executable(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+
+
+tmp = tempfile.mkdtemp(prefix="zt-gpu-check-run-")
+try:
+    stage = os.path.join(tmp, "stage")
+    os.makedirs(os.path.join(stage, "bin"))
+    os.makedirs(os.path.join(stage, "lib"))
+    executable(os.path.join(stage, "bin", "ztrain"), FAKE_ZTRAIN)
+    for name in ("ztrain-worker", "test_ops", "test_cuda_host"):
+        executable(os.path.join(stage, "bin", name), "#!/bin/sh\nexit 0\n")
+    open(os.path.join(stage, "lib", "libztrain_cuda.so"), "w").close()
+    with open(os.path.join(stage, "bin", "CUDA_VERSION"), "w") as f:
+        f.write("13.0\n")
+    carry = os.path.join(tmp, "carry")
+    os.makedirs(carry)
+    with tarfile.open(os.path.join(carry, "bundle.tar.xz"), "w:xz") as tar:
+        tar.add(os.path.join(stage, "bin"), "bin")
+        tar.add(os.path.join(stage, "lib"), "lib")
+    fakebin = os.path.join(tmp, "fakebin")
+    os.makedirs(fakebin)
+    executable(os.path.join(fakebin, "nvidia-smi"), NVIDIA_SMI)
+
+    out = os.path.join(tmp, "out")
+    env = dict(os.environ, ZT_GPU_CARRY=carry, PATH=fakebin + os.pathsep + os.environ["PATH"],
+               TMPDIR=tmp, HANG="llama-dev", ZT_GPU_RUN_LIMIT="3")
+    p = subprocess.run([SCRIPT, "run", out, "--phases", "train", "--budget", "120"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    print(p.stdout[-3000:], p.stderr[-1000:])
+    try:
+        res = json.load(open(os.path.join(out, "gpu-check.json")))
+    except (OSError, ValueError) as e:
+        res = {}
+        check(False, f"run writes valid JSON: {e}")
+    if res.get("bundle_ok") is False and "not on this machine" in res.get("bundle_error", ""):
+        print(f"skip  {res['bundle_error']}: no CUDA toolkit's libraries to stand in for the "
+              "machine's")
+        sys.exit(0)
+    log = open(os.path.join(out, "gpu-check.log")).read() if os.path.isdir(out) else ""
+    check("llama-dev: no result within --timeout 3 s" in log,
+          "the hung run is stopped after ZT_GPU_RUN_LIMIT seconds, not the phase's time: "
+          + next((line for line in log.splitlines() if "llama-dev:" in line), "(no line)"))
+    later = [c for c in ("bf16:", "zero: stage 3", "resume:") if f"ok    {c}" in log]
+    check(len(later) == 3, f"the checks after the hung one still run and pass: {later}")
+    check(res.get("train_ok") is False and "llama" in res.get("train_error", "") and
+          "llama-dev: no result within" in res.get("train_error", ""),
+          f"the phase fails naming the check and its run's failure: {res.get('train_error')}")
+    names = sorted(os.listdir(out))
+    check(len(names) <= 8 and "logs.tar.gz" in names and
+          not any(os.path.isdir(os.path.join(out, n)) for n in names),
+          f"OUTDIR holds no more than the 8 files the device tool brings back: {names}")
+finally:
+    subprocess.run(["rm", "-rf", tmp])
+
+ck.done()
