@@ -42,7 +42,7 @@
 #
 # The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB), NCCL (220 MB;
 # xz leaves 187 MB) or cuDNN, which the run finds on the machine: the CUDA toolkit's directories,
-# the linker's cache, or the nvidia-* wheels PyTorch brings. The bundle's libraries reach only
+# the environment's LD_LIBRARY_PATH, the linker's cache, or the nvidia-* wheels PyTorch brings. The bundle's libraries reach only
 # ztrain's programs (through the wrappers in wrap/), never the Python that runs PyTorch.
 set -u -o pipefail
 
@@ -342,11 +342,15 @@ CUDA call would fail with cudaErrorInsufficientDriver"
     fi
 }
 
-# A library the machine must supply, from the toolkit, the linker's cache or PyTorch's wheels.
+# A library the machine must supply, from the toolkit, the environment's LD_LIBRARY_PATH (which
+# the wrappers keep, and where an image may keep its CUDA libraries), the linker's cache or
+# PyTorch's wheels.
 find_machine_lib() {
-    local name=$1 d
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
-        [ -e "$d/$name" ] && { echo "$d"; return 0; }
+    local name=$1 d env_dirs
+    IFS=: read -ra env_dirs <<<"${LD_LIBRARY_PATH:-}"
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib \
+             "${env_dirs[@]}"; do
+        [ -n "$d" ] && [ -e "$d/$name" ] && { echo "$d"; return 0; }
     done
     # The cache may name a file since removed or hidden.
     d=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
@@ -417,7 +421,9 @@ phase_bundle() {
         return 1
     fi
     local unresolved
-    unresolved=$(LD_LIBRARY_PATH="$LIBPATH" ldd "${PROGS[@]/#/$dir/bin/}" \
+    # As the wrappers run them: the environment's LD_LIBRARY_PATH after the bundle's.
+    unresolved=$(LD_LIBRARY_PATH="$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        ldd "${PROGS[@]/#/$dir/bin/}" \
         "$dir/lib/libztrain_cuda.so" 2>&1 \
         | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
     if [ -n "$unresolved" ]; then
@@ -452,7 +458,8 @@ llmc_wrap() {
         "$libs" "$dir/bin/llmc_train_gpt2cu" >"$dir/wrap/llmc_train_gpt2cu"
     chmod +x "$dir/wrap/llmc_train_gpt2cu"
     local unresolved
-    unresolved=$(LD_LIBRARY_PATH="$libs" ldd "$dir/bin/llmc_train_gpt2cu" 2>&1 \
+    unresolved=$(LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        ldd "$dir/bin/llmc_train_gpt2cu" 2>&1 \
         | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
     if [ -n "$missing$unresolved" ]; then
         figure llmc_error "$(json_str "llm.c's libraries not on this machine:$missing $unresolved")"

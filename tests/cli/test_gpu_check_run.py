@@ -6,7 +6,10 @@ lent GPU must not do is checked here, where it costs nothing:
   a GPU's runs taking a few), so the checks after it in the phase still run, rather than the
   one run taking the whole 240 s phase;
 - OUTDIR keeps to the few files the device tool brings back (at most 8), the logs packed in
-  logs.tar.gz, and the JSON says which check failed and why."""
+  logs.tar.gz, and the JSON says which check failed and why;
+- the machine's CUDA libraries are found where only the environment's LD_LIBRARY_PATH names
+  them (as an image may keep them), which the wrappers keep: checked in a private mount
+  namespace with the toolkit hidden."""
 import json
 import os
 import subprocess
@@ -95,6 +98,26 @@ try:
     check(len(names) <= 8 and "logs.tar.gz" in names and
           not any(os.path.isdir(os.path.join(out, n)) for n in names),
           f"OUTDIR holds no more than the 8 files the device tool brings back: {names}")
+
+    # The toolkit hidden, cuBLASLt and NCCL only in a folder LD_LIBRARY_PATH names.
+    machine = os.path.join(tmp, "machine-lib")
+    os.makedirs(machine)
+    for name in ("libcublasLt.so.13", "libcublas.so.13", "libnccl.so.2"):
+        open(os.path.join(machine, name), "w").close()
+    cuda = os.path.realpath("/usr/local/cuda")
+    script = (f"mount -t tmpfs none {cuda} 2>/dev/null || true; "
+              f"LD_LIBRARY_PATH={machine} {SCRIPT} unpack")
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120, env=env)
+    if "BIN=" not in p.stdout:
+        print(f"skip  no private mount namespace here ({p.stderr.strip()[:200]})")
+    else:
+        check(p.returncode == 0 and f"libcublasLt.so.13 from {machine}" in p.stdout and
+              f"libnccl.so.2 from {machine}" in p.stdout,
+              f"the machine's libraries found on LD_LIBRARY_PATH: exit {p.returncode} "
+              f"{p.stdout.strip()[-400:]} {p.stderr.strip()[-300:]}")
+        bin_dir = next(line[4:] for line in p.stdout.splitlines() if line.startswith("BIN="))
+        subprocess.run(["rm", "-rf", os.path.dirname(bin_dir)])
 finally:
     subprocess.run(["rm", "-rf", tmp])
 
