@@ -2,6 +2,7 @@
 scripts, a fake nvidia-smi, and a `ztrain run` that hangs where asked. What a single run on a
 lent GPU must not do is checked here, where it costs nothing:
 
+- test_ops, the ops against the CPU, runs even when test_cuda_host fails;
 - a training check's run that hangs is stopped after ZT_GPU_RUN_LIMIT seconds (60 by default,
   a GPU's runs taking a few), so the checks after it in the phase still run, rather than the
   one run taking the whole 240 s phase;
@@ -56,8 +57,11 @@ try:
     os.makedirs(os.path.join(stage, "bin"))
     os.makedirs(os.path.join(stage, "lib"))
     executable(os.path.join(stage, "bin", "ztrain"), FAKE_ZTRAIN)
-    for name in ("ztrain-worker", "test_ops", "test_cuda_host"):
-        executable(os.path.join(stage, "bin", name), "#!/bin/sh\nexit 0\n")
+    executable(os.path.join(stage, "bin", "ztrain-worker"), "#!/bin/sh\nexit 0\n")
+    executable(os.path.join(stage, "bin", "test_cuda_host"),
+               "#!/bin/sh\necho 'FAIL  a host check'\nexit 1\n")
+    executable(os.path.join(stage, "bin", "test_ops"),
+               "#!/bin/sh\necho 'backends: cpu cuda'\necho 'ok    every op'\n")
     open(os.path.join(stage, "lib", "libztrain_cuda.so"), "w").close()
     with open(os.path.join(stage, "bin", "CUDA_VERSION"), "w") as f:
         f.write("13.0\n")
@@ -98,6 +102,16 @@ try:
     check(len(names) <= 8 and "logs.tar.gz" in names and
           not any(os.path.isdir(os.path.join(out, n)) for n in names),
           f"OUTDIR holds no more than the 8 files the device tool brings back: {names}")
+
+    # test_cuda_host failing does not cost the phase its point, test_ops against the CPU.
+    out = os.path.join(tmp, "out-ops")
+    p = subprocess.run([SCRIPT, "run", out, "--phases", "ops", "--budget", "60"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    res = json.load(open(os.path.join(out, "gpu-check.json"))) if os.path.isdir(out) else {}
+    check(res.get("ops_ok") is False and "a host check" in res.get("ops_error", "") and
+          res.get("ops_failures") == 0 and res.get("ops_flash_failures") == 0,
+          f"test_ops runs after a failed test_cuda_host, which names the phase's failure: "
+          f"{ {k: v for k, v in res.items() if k.startswith('ops')} }")
 
     # The toolkit hidden, cuBLASLt and NCCL only in a folder LD_LIBRARY_PATH names.
     machine = os.path.join(tmp, "machine-lib")
