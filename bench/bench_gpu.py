@@ -386,11 +386,10 @@ def load_torch():
         return None, f"import torch failed: {e}"
     if not torch.cuda.is_available():
         return None, f"torch {torch.__version__}: torch.cuda.is_available() is False"
-    # The legacy setter on purpose: it sets the legacy and the new (2.9's fp32_precision) flags
-    # alike, where setting only the new one makes Inductor, which reads the legacy flag, fail
-    # every torch.compile on 2.9 and later ("mix of the legacy and new APIs",
-    # github.com/pytorch/pytorch/issues/166387); it only warns.
-    torch.backends.cuda.matmul.allow_tf32 = True
+    # No TF32 flag: under bf16 autocast every product is bf16 already, and the flag's API moved
+    # in 2.9 (fp32_precision), where setting the new one alone makes Inductor, which reads the
+    # legacy one, fail every torch.compile ("mix of the legacy and new APIs",
+    # github.com/pytorch/pytorch/issues/166387) and the legacy one warns.
     return torch, None
 
 
