@@ -229,6 +229,15 @@ write_json() {
     } >"$json.tmp" && mv "$json.tmp" "$json"
 }
 
+# The running phase's output (its tee's pipe), closed when it ends or the run does, or that tee
+# and the log's would wait for it forever.
+PHASE_FD=""
+INTERRUPTED=""  # set when the run is stopped (INT, TERM)
+close_phase_fd() {
+    [ -z "$PHASE_FD" ] || exec {PHASE_FD}>&-
+    PHASE_FD=""
+}
+
 # Runs phase NAME within LIMIT seconds, cut to what is left of the run's budget: records NAME_ok,
 # NAME_seconds and, on failure, NAME_error (the phase's own message in PHASE_WHY, else its log's
 # last line), then rewrites the JSON. A GPU phase after a failed device phase is skipped, and so
@@ -255,12 +264,12 @@ phase() {
     # Printed as it is printed, into gpu-check.log, so that a run killed in this phase still
     # brings back its output; not through a pipe, which would run the phase in a subshell and
     # lose what it records.
-    local out tee_pid
-    exec {out}> >(tee "$LOGS/phase-$name.log")
+    local tee_pid
+    exec {PHASE_FD}> >(tee "$LOGS/phase-$name.log")
     tee_pid=$!
-    "$@" "$limit" >&"$out" 2>&1
+    "$@" "$limit" >&"$PHASE_FD" 2>&1
     rc=$?
-    exec {out}>&-
+    close_phase_fd
     wait "$tee_pid"  # for tee to write the phase's last lines
     if [ "$rc" -eq 0 ]; then
         figure "${name}_ok" true
@@ -283,6 +292,7 @@ phase() {
 # A step left less than STEP_MIN seconds is not started (GNU timeout takes 0 for no limit and a
 # negative number for an option): LOGF says so, the step joins SKIPPED_STEPS, and it returns 124.
 SKIPPED_STEPS=()
+STEP_PIDS=()  # the running step's timeout and tail, which a stopped run stops too
 bounded() {
     local limit=$1 logf=$2; shift 2
     local step
@@ -300,14 +310,21 @@ bounded() {
     local pid=$!
     tail -n +1 -f --pid="$pid" "$logf" 2>/dev/null &
     local tailer=$! rc
+    STEP_PIDS=("$pid" "$tailer")
     wait "$pid"
     rc=$?
     wait "$tailer"
+    STEP_PIDS=()
     if [ "$rc" -ne 0 ] && [ -z "$PHASE_WHY" ]; then
         PHASE_WHY=$(grep -m1 '^FAIL' "$logf" || grep -v '^\s*$' "$logf" | tail -1)
         [ "$rc" -eq 124 ] && PHASE_WHY="$step timed out after $limit s (${PHASE_WHY:-no output})"
     fi
     return "$rc"
+}
+# A stopped run's step: timeout passes the signal on to the step's command.
+stop_step() {
+    [ ${#STEP_PIDS[@]} -eq 0 ] || kill "${STEP_PIDS[@]}" 2>/dev/null
+    STEP_PIDS=()
 }
 # The FAIL lines of a step's log, or null when the step was not started.
 failures() {
@@ -321,9 +338,10 @@ phase_device() {
     command -v nvidia-smi >/dev/null || { PHASE_WHY="no nvidia-smi: no NVIDIA driver here"; \
         SKIP_GPU="no NVIDIA driver (nvidia-smi is missing)"; return 1; }
     local q name driver limit=$1
-    q=$(timeout "$limit" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)
+    q=$(timeout -k 5 "$limit" nvidia-smi --query-gpu=name,driver_version,memory.total \
+        --format=csv,noheader)
     if [ -z "$q" ]; then
-        PHASE_WHY="nvidia-smi lists no GPU: $(timeout "$limit" nvidia-smi 2>&1 | tail -1)"
+        PHASE_WHY="nvidia-smi lists no GPU: $(timeout -k 5 "$limit" nvidia-smi 2>&1 | tail -1)"
         SKIP_GPU="no GPU visible"
         return 1
     fi
@@ -661,10 +679,13 @@ run() {
     mkdir -p "$LOGS" || die "cannot create $LOGS"
     # A cut run (the lease ends, a timeout kills the script) still leaves its JSON and its logs;
     # every run leaves no unpacked bundle (107 MB) and no scratch behind.
-    trap 'figure interrupted true; write_json; pack_logs; exit 3' INT TERM
+    trap 'INTERRUPTED=1; stop_step; figure interrupted true; write_json; pack_logs; exit 3' \
+        INT TERM
     # The log's tee is waited for, or the run's last lines could land after the device tool has
-    # taken OUTDIR.
-    trap 'rm -rf ${BUNDLE_DIR:+"$BUNDLE_DIR"} "$SCRATCH"; exec >&- 2>&-; wait '"$tee_pid" EXIT
+    # taken OUTDIR; not when stopped in a phase, whose redirection keeps a copy of the log's pipe
+    # open until the script exits (tee then ends at once).
+    trap 'rm -rf ${BUNDLE_DIR:+"$BUNDLE_DIR"} "$SCRATCH"; close_phase_fd; exec >&- 2>&-
+          [ -n "$INTERRUPTED" ] || wait '"$tee_pid" EXIT
     write_json
     if [ ! -f "$CARRY/bundle.tar.xz" ]; then
         figure bundle_ok false

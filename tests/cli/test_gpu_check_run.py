@@ -3,6 +3,8 @@ scripts, a fake nvidia-smi, and a `ztrain run` that hangs where asked. What a si
 lent GPU must not do is checked here, where it costs nothing:
 
 - test_ops, the ops against the CPU, runs even when test_cuda_host fails;
+- a run stopped by SIGTERM in a phase ends at once, stopping its step, with the JSON marked
+  interrupted, the phase's output so far in gpu-check.log and its logs in logs.tar.gz;
 - a training check's run that hangs is stopped after ZT_GPU_RUN_LIMIT seconds (60 by default,
   a GPU's runs taking a few), so the checks after it in the phase still run, rather than the
   one run taking the whole 240 s phase;
@@ -13,10 +15,12 @@ lent GPU must not do is checked here, where it costs nothing:
   namespace with the toolkit hidden."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cliref import SRC, Checks  # noqa: E402
@@ -102,6 +106,38 @@ try:
     check(len(names) <= 8 and "logs.tar.gz" in names and
           not any(os.path.isdir(os.path.join(out, n)) for n in names),
           f"OUTDIR holds no more than the 8 files the device tool brings back: {names}")
+
+    # Stopped in a phase (SIGTERM to the script alone, as a lease's end may send it): it stops
+    # the step it runs, and OUTDIR keeps the phase's output so far, its logs and the JSON.
+    out = os.path.join(tmp, "out-stopped")
+    run = subprocess.Popen([SCRIPT, "run", out, "--phases", "train", "--budget", "120"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=dict(env, HANG="zero-one", ZT_GPU_RUN_LIMIT="100"),
+                           start_new_session=True)
+    log = os.path.join(out, "gpu-check.log")
+    for _ in range(600):
+        if os.path.exists(log) and "ok    bf16: the loss falls" in open(log).read():
+            break
+        time.sleep(0.1)
+    time.sleep(1)  # into the hung run
+    run.send_signal(signal.SIGTERM)
+    try:
+        rc = run.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)  # the script and every step it left running
+        run.wait()
+        rc = "still running 20 s after SIGTERM"
+    run.stdout.close()
+    res = json.load(open(os.path.join(out, "gpu-check.json"))) if os.path.isdir(out) else {}
+    check(rc == 3 and res.get("interrupted") is True,
+          f"a stopped run ends at once with exit 3, its JSON saying so: {rc} "
+          f"{res.get('interrupted')}")
+    text = open(log).read() if os.path.exists(log) else ""
+    with tarfile.open(os.path.join(out, "logs.tar.gz")) as tar:
+        logs = [os.path.basename(n) for n in tar.getnames()]
+    check("ok    bf16: the loss falls" in text and "train_train.log" in logs,
+          f"the stopped phase's output so far is in gpu-check.log and its logs in logs.tar.gz: "
+          f"{logs}")
 
     # test_cuda_host failing does not cost the phase its point, test_ops against the CPU.
     out = os.path.join(tmp, "out-ops")
