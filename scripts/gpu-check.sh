@@ -66,8 +66,9 @@ PLAN_DEFAULT=ops,curve,throughput,train,profile     # and device, bundle: 530 s 
 BUDGET_DEFAULT=540              # seconds: the device tool's 600 s a command, less a minute
 PHASE_MIN=10                    # seconds: a phase left less is skipped
 STEP_MIN=5                      # seconds: a phase's step left less is skipped
-# Seconds one run of a training check may take (tests/gpu/train_check.py --timeout; a GPU runs
-# each in a few): one that hangs fails its own check, not every check after it in the phase.
+# Seconds one run of a training check or of the throughput phase may take (train_check.py's and
+# bench_gpu.py's --timeout; a GPU runs each in seconds): one that hangs fails itself, not every
+# check or run after it in the phase.
 RUN_LIMIT=${ZT_GPU_RUN_LIMIT:-60}
 # llm.c, the benchmark's reference (bench_gpu.py's llmc run): a checkout or git directory of
 # github.com/karpathy/llm.c, and of github.com/NVIDIA/cudnn-frontend for its cuDNN attention
@@ -563,11 +564,14 @@ phase_train() { train_checks "$1" llama,bf16,zero,memory,resume,nccl train; }
 # tokens/s and MFU figures, and the first ratios to llm.c and PyTorch on this GPU, in case the
 # second command (the benchmark, with torch.compile) never gets its device time.
 phase_throughput() {
-    local limit=$1
+    # Each run at most RUN_LIMIT seconds and half the phase: one that hangs leaves the next
+    # (llm.c after ztrain) its time.
+    local limit=$1 run_limit=$((limit > 30 ? (limit - 10) / 2 : 10))
+    [ "$run_limit" -le "$RUN_LIMIT" ] || run_limit=$RUN_LIMIT
     bounded "$limit" "$LOGS/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
         --runs "ztrain${LLMC_BIN:+,llmc},torch_eager" "${LLMC_ARGS[@]}" \
         --models gpt2 --steps 20 --warmup 3 --micro-batch 8 \
-        --timeout $((limit > 20 ? limit - 10 : 10)) --out "$LOGS/throughput.json"
+        --timeout "$run_limit" --out "$LOGS/throughput.json"
     local rc=$?
     [ -s "$LOGS/throughput.json" ] && figure throughput "$(cat "$LOGS/throughput.json")"
     return "$rc"
@@ -608,6 +612,38 @@ phase_bench() {
     local rc=$?
     [ -s "$LOGS/bench_gpu.json" ] && figure bench "$(cat "$LOGS/bench_gpu.json")"
     return "$rc"
+}
+
+# The run's verdict as its last lines, which the device tool returns (output_tail) even when
+# OUTDIR does not come back: each phase's result, the checks' figures and the throughput.
+summary() {
+    log "summary (all of it in $OUT/gpu-check.json)"
+    python3 - "$OUT/gpu-check.json" <<'EOF' 2>&1 \
+        || grep -v '^  "\(throughput\|bench\|profile\)"' "$OUT/gpu-check.json"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r.get('device')}, driver {r.get('driver')}, bundle {r.get('bundle_commit')}")
+for p in r.get("plan", "").split():
+    ok = {True: "ok", False: "FAILED", None: "skipped"}[r.get(f"{p}_ok")]
+    why = r.get(f"{p}_error", "")
+    print(f"  {p:10s} {ok:7s} {r.get(f'{p}_seconds', '-')} s  {why[:300]}")
+figs = {k: v for k, v in r.items() if k.startswith(("ops_", "train_", "attention", "bias_grad"))
+        and not k.endswith(("_ok", "_seconds", "_error")) and not isinstance(v, dict)}
+for k, v in figs.items():
+    print(f"  {k}: {v}")
+for part in ("throughput", "bench"):
+    for family, runs in (r.get(part) or {}).items():
+        if not isinstance(runs, dict) or "params" not in runs:
+            continue
+        for name, v in runs.items():
+            if isinstance(v, dict):
+                got = (f"{v['tokens_per_s']:,.0f} tokens/s, MFU {100 * (v.get('mfu') or 0):.1f}%,"
+                       f" micro-batch {v.get('micro_batch')}" if v.get("tokens_per_s")
+                       else f"failed: {str(v.get('error'))[:200]}")
+                print(f"  {part} {family} {name}: {got}")
+            elif name.startswith("ratio"):
+                print(f"  {part} {family} {name}: {v:.3f}")
+EOF
 }
 
 no_bundle() {
@@ -703,6 +739,7 @@ run() {
     done
     figure failed_phases "$(json_str "${FAILED[*]:-}")"
     write_json
+    summary
     log "done in $((SECONDS - RUN_T0)) s: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"
     [ ${#FAILED[@]} -eq 0 ]
 }

@@ -5,6 +5,9 @@ lent GPU must not do is checked here, where it costs nothing:
 - test_ops, the ops against the CPU, runs even when test_cuda_host fails;
 - a run stopped by SIGTERM in a phase ends at once, stopping its step, with the JSON marked
   interrupted, the phase's output so far in gpu-check.log and its logs in logs.tar.gz;
+- a throughput run that hangs is stopped after ZT_GPU_RUN_LIMIT seconds too, and the run's
+  output ends with a summary of every phase and figure (the device tool returns the output's
+  end even when OUTDIR does not come back);
 - a training check's run that hangs is stopped after ZT_GPU_RUN_LIMIT seconds (60 by default,
   a GPU's runs taking a few), so the checks after it in the phase still run, rather than the
   one run taking the whole 240 s phase;
@@ -138,6 +141,24 @@ try:
     check("ok    bf16: the loss falls" in text and "train_train.log" in logs,
           f"the stopped phase's output so far is in gpu-check.log and its logs in logs.tar.gz: "
           f"{logs}")
+
+    # The throughput phase: ztrain's run hangs; it is stopped after ZT_GPU_RUN_LIMIT seconds (at
+    # most half the phase), leaving the runs after it their time, and the summary closing the
+    # log (what the device tool returns when OUTDIR does not come back) names what failed.
+    out = os.path.join(tmp, "out-throughput")
+    p = subprocess.run([SCRIPT, "run", out, "--phases", "throughput", "--budget", "120"],
+                       capture_output=True, text=True, timeout=200,
+                       env=dict(env, HANG="bench-gpt2"))
+    res = json.load(open(os.path.join(out, "gpu-check.json"))) if os.path.isdir(out) else {}
+    z = (res.get("throughput") or {}).get("gpt2", {}).get("ztrain", {})
+    check("no result within --timeout 3 s" in z.get("error", "") and
+          "torch_eager" in (res.get("throughput") or {}).get("gpt2", {}),
+          f"a hung ztrain run is stopped after ZT_GPU_RUN_LIMIT seconds, the next runs still "
+          f"run: {res.get('throughput')}")
+    tail = p.stdout.split("== summary", 1)[-1]
+    check("throughput FAILED" in tail and "throughput gpt2 ztrain: failed: ztrain run "
+          "micro-batch 8: no result within --timeout 3 s" in tail,
+          f"the summary at the end of the output names the failed phase and run: {tail[-800:]}")
 
     # test_cuda_host failing does not cost the phase its point, test_ops against the CPU.
     out = os.path.join(tmp, "out-ops")
