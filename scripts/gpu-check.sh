@@ -42,8 +42,9 @@
 #
 # The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB), NCCL (220 MB;
 # xz leaves 187 MB) or cuDNN, which the run finds on the machine: the CUDA toolkit's directories,
-# the environment's LD_LIBRARY_PATH, the linker's cache, or the nvidia-* wheels PyTorch brings. The bundle's libraries reach only
-# ztrain's programs (through the wrappers in wrap/), never the Python that runs PyTorch.
+# the environment's LD_LIBRARY_PATH, the linker's cache, or the nvidia-* wheels PyTorch brings.
+# The bundle's libraries reach only ztrain's programs (through the wrappers in wrap/), never the
+# Python that runs PyTorch.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -305,9 +306,10 @@ bounded() {
         return 124
     fi
     # Into LOGF, and printed as it is written (tail until timeout exits): a pipe to tee would
-    # wait for whatever process still held it open, the step's time limit or not.
+    # wait for whatever process still held it open, the step's time limit or not; for the same
+    # reason the step does not get the phase's pipe (PHASE_FD).
     : >"$logf"  # there before tail looks for it
-    timeout --kill-after=5 "$limit" "$@" >>"$logf" 2>&1 &
+    timeout --kill-after=5 "$limit" "$@" >>"$logf" 2>&1 {PHASE_FD}>&- &
     local pid=$!
     tail -n +1 -f --pid="$pid" "$logf" 2>/dev/null &
     local tailer=$! rc

@@ -2,7 +2,8 @@
 scripts, a fake nvidia-smi, and a `ztrain run` that hangs where asked. What a single run on a
 lent GPU must not do is checked here, where it costs nothing:
 
-- test_ops, the ops against the CPU, runs even when test_cuda_host fails;
+- test_ops, the ops against the CPU, runs even when test_cuda_host fails, and a process a step
+  leaves running (out of its time limit's reach) does not keep the run from ending;
 - a run stopped by SIGTERM in a phase ends at once, stopping its step, with the JSON marked
   interrupted, the phase's output so far in gpu-check.log and its logs in logs.tar.gz;
 - a throughput run that hangs is stopped after ZT_GPU_RUN_LIMIT seconds too, and the run's
@@ -65,8 +66,11 @@ try:
     os.makedirs(os.path.join(stage, "lib"))
     executable(os.path.join(stage, "bin", "ztrain"), FAKE_ZTRAIN)
     executable(os.path.join(stage, "bin", "ztrain-worker"), "#!/bin/sh\nexit 0\n")
+    # test_cuda_host leaves a process behind in a session of its own, out of its time limit's
+    # reach, holding every descriptor it was given but the standard three.
     executable(os.path.join(stage, "bin", "test_cuda_host"),
-               "#!/bin/sh\necho 'FAIL  a host check'\nexit 1\n")
+               "#!/bin/sh\nsetsid sleep 60 </dev/null >/dev/null 2>&1 &\n"
+               "echo $! >\"$TMPDIR/escaped.pid\"\necho 'FAIL  a host check'\nexit 1\n")
     executable(os.path.join(stage, "bin", "test_ops"),
                "#!/bin/sh\necho 'backends: cpu cuda'\necho 'ok    every op'\n")
     open(os.path.join(stage, "lib", "libztrain_cuda.so"), "w").close()
@@ -162,8 +166,19 @@ try:
 
     # test_cuda_host failing does not cost the phase its point, test_ops against the CPU.
     out = os.path.join(tmp, "out-ops")
-    p = subprocess.run([SCRIPT, "run", out, "--phases", "ops", "--budget", "60"],
-                       capture_output=True, text=True, timeout=120, env=env)
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([SCRIPT, "run", out, "--phases", "ops", "--budget", "60"],
+                           capture_output=True, text=True, timeout=50, env=env)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        rc = "no exit within 50 s"
+    finally:
+        escaped = os.path.join(tmp, "escaped.pid")
+        if os.path.exists(escaped):
+            os.kill(int(open(escaped).read()), signal.SIGKILL)
+    check(rc == 1, f"a process a step leaves behind does not keep the run from ending: {rc}, "
+          f"{time.monotonic() - t0:.0f} s")
     res = json.load(open(os.path.join(out, "gpu-check.json"))) if os.path.isdir(out) else {}
     check(res.get("ops_ok") is False and "a host check" in res.get("ops_error", "") and
           res.get("ops_failures") == 0 and res.get("ops_flash_failures") == 0,
