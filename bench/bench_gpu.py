@@ -13,8 +13,9 @@ AdamW, trained by
   training section, tokens/s the micro-batch's tokens over the median step after --warmup,
 each at the largest micro-batch that fits (tried from --micro-batch down by halves) for --steps
 steps after --warmup. Prints tokens/s, MFU and peak GPU memory of each and the ratios ztrain /
-PyTorch. MFU = tokens/s × FLOPs per token / the dense bf16 peak of the device, FLOPs per token
-being DeepSpeed's 6·params + 12·layers·width·sequence (ztrain's perf/tflops formula), the peak
+PyTorch and llm.c, and exits 1 naming the runs that gave no figure. MFU = tokens/s × FLOPs per
+token / the dense bf16 peak of the device, FLOPs per token by llm.c's count (flops_per_token:
+6 per weight, less an untied input embedding, and 6·layers·width·sequence), the peak
 from ztrain/gpu.h's table (H100 SXM and H200 989 TFLOPS, H100 NVL and H200 NVL 835, A100 312),
 stated with the result.
 
@@ -23,8 +24,10 @@ heads over 4 key/value heads, SwiGLU 5632, vocabulary 32000, sequence 2048), tra
 ZeRO stage 2 as it is and with "offload_optimizer": "cpu", and by PyTorch eager, to show what one
 GPU holds with and without offload.
 
---dry-run prints the plan (the models' parameter counts, the peaks, the runs, the job specs) as
-JSON without touching a GPU or importing torch: what the CPU-only tests check. The figures go to
+The device is the first GPU nvidia-smi lists; PyTorch is imported only for its own runs, and
+without a CUDA device of its own only they fail: ztrain's and llm.c's figures do not depend on
+it. --dry-run prints the plan (the models' parameter counts, the peaks, the runs, the job specs)
+as JSON without touching a GPU or importing torch: what the CPU-only tests check. The figures go to
 --out as JSON; bench/README.md keeps only figures from a GPU run, with the device named."""
 import argparse
 import json
@@ -345,21 +348,61 @@ def run_torch(args, torch, family, model, micro, compiled):
                 "peak_memory": torch.cuda.max_memory_allocated()}
     except torch.cuda.OutOfMemoryError:
         return {"error": "out of memory"}
-    except RuntimeError as e:  # torch.compile's backends fail in their own ways under pressure
+    except Exception as e:  # torch.compile's backends (Inductor, Triton, the host compiler)
+        # fail in their own ways, not all of them RuntimeErrors: one failed run must not end
+        # the benchmark and the runs after it
         return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     finally:
         del net
         torch.cuda.empty_cache()
 
 
+# What each run says when a micro-batch does not fit: ztrain's admission ("does not fit on the
+# GPU") and its allocations ("out of memory", "cannot allocate"), PyTorch's OutOfMemoryError
+# ("out of memory"), llm.c's fall-back to managed memory.
+MEMORY_ERRORS = ("out of memory", "does not fit", "cannot allocate", "managed memory")
+
+
+def out_of_memory(result):
+    return any(m in result.get("error", "").lower() for m in MEMORY_ERRORS)
+
+
+def gpu_name():
+    """The first GPU's name as nvidia-smi gives it (CUDA's name for it too), or None: asked
+    without PyTorch, which ztrain's and llm.c's runs do not need."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i",
+                              "0"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.strip().splitlines() or [""])[0].strip() or None
+
+
+def load_torch():
+    """PyTorch with a CUDA device, or None and why not: then only the PyTorch runs fail."""
+    try:
+        import torch
+    except ImportError as e:
+        return None, f"import torch failed: {e}"
+    if not torch.cuda.is_available():
+        return None, f"torch {torch.__version__}: torch.cuda.is_available() is False"
+    # No TF32 flag: under bf16 autocast every product is bf16 already, and the flag's API moved
+    # in 2.9 (fp32_precision), where setting the new one alone makes Inductor, which reads the
+    # legacy one, fail every torch.compile ("mix of the legacy and new APIs",
+    # github.com/pytorch/pytorch/issues/166387) and the legacy one warns.
+    return torch, None
+
+
 def largest(run, start, exact=False):
-    """The first micro-batch from start down by halves that runs, and its result."""
+    """The first micro-batch from start down by halves that runs, and its result. Only a
+    micro-batch that did not fit is retried smaller: any other failure (a crash, a compiler
+    error, a timeout) would fail again at every size, each try costing the GPU's minutes."""
     micro, last = start, None
     while micro >= (start if exact else 1):
         last = run(micro)
         if "error" not in last:
             return dict(last, micro_batch=micro)
-        if last.get("timeout"):  # a smaller batch would not be faster to fail
+        if not out_of_memory(last):
             break
         micro //= 2
     return dict(last or {"error": "nothing ran"}, micro_batch=0)
@@ -408,19 +451,16 @@ def main(argv=None):
     if args.dry_run:
         print(json.dumps(plan(args), indent=2))
         return 0
-    try:
-        import torch
-    except ImportError:
-        print("bench_gpu: needs PyTorch with CUDA (import torch failed)", file=sys.stderr)
+    device = gpu_name()
+    if device is None:
+        print("bench_gpu: needs a CUDA GPU: nvidia-smi lists none", file=sys.stderr)
         return 1
-    if not torch.cuda.is_available():
-        print("bench_gpu: needs a CUDA GPU: torch.cuda.is_available() is False", file=sys.stderr)
-        return 1
-    device = torch.cuda.get_device_name(0)
     peak_name, peak = peak_of(device)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    res = {"device": device, "peak": {"name": peak_name, "flops": peak}, "torch": torch.__version__}
     runs = [r for r in args.runs.split(",") if r]
+    torch, torch_error = load_torch() if {"torch_eager", "torch_compile"} & set(runs) else \
+        (None, "not asked for")
+    res = {"device": device, "peak": {"name": peak_name, "flops": peak},
+           "torch": torch.__version__ if torch else torch_error}
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as work:
         for family in [m for m in args.models.split(",") if m]:
             model = GPT2 if family == "gpt2" else LLAMA
@@ -456,13 +496,16 @@ def main(argv=None):
                     record("ztrain_offload", largest(
                         lambda mb: run_ztrain(args, work, model, mb, stage=2, offload=True),
                         start))
-            for r, compiled in (("torch_eager", False), ("torch_compile", True)):
-                if r in runs and not (family == "llama" and compiled):
-                    record(r, largest(lambda mb: run_torch(args, torch, family, model, mb,
-                                                           compiled), start))
             if "llmc" in runs and family == "gpt2":
                 record("llmc", largest(lambda mb: run_llmc(args, data, mb), start,
                                        args.exact_batch))
+            # PyTorch last: it runs in this process, with no --timeout of its own, so a
+            # torch.compile that hangs leaves the runs before it recorded.
+            for r, compiled in (("torch_eager", False), ("torch_compile", True)):
+                if r in runs and not (family == "llama" and compiled):
+                    record(r, largest(lambda mb: run_torch(args, torch, family, model, mb,
+                                                           compiled), start)
+                           if torch else {"error": f"PyTorch: {torch_error}", "micro_batch": 0})
             print(f"{family} ({params / 1e6:.0f}M parameters) on {device}, MFU against "
                   f"{peak_name} {peak / 1e12:.0f} TFLOPS dense bf16:")
             for r, v in out.items():
@@ -476,6 +519,13 @@ def main(argv=None):
                               f"{v.get('peak_memory', 0) / 2**30:.1f} GiB")
                 elif r.startswith("ratio"):
                     print(f"  {r}: {v:.2f}")
+    # A run that gave no figure fails the benchmark (and the phase of scripts/gpu-check.sh that
+    # ran it), naming it; the others' figures are in --out all the same.
+    failed = [f"{family} {r}" for family, out in res.items() if isinstance(out, dict)
+              for r, v in out.items() if isinstance(v, dict) and "error" in v]
+    if failed:
+        print(f"bench_gpu: no figure from {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

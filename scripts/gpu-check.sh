@@ -25,7 +25,8 @@
 #
 # A GPU is lent for minutes: 15 of device time in all, start-up included, at most 600 s a
 # command (../shared/reference/toolchain.md, the device tool). The phases run in the order of
-# PHASES below, the correctness checks before the timings. The default plan is every phase but
+# PHASES below: the ops and a training curve against the CPU, then the first tokens/s beside
+# llm.c's and PyTorch's, then the rest. The default plan is every phase but
 # `bench` and `ops_perf` (PLAN_DEFAULT: 530 s of limits, within the 540 s budget that leaves a
 # 600 s command a minute); the second command, with the device time left, is
 #   scripts/gpu-check.sh run OUTDIR2 --phases bench,ops_perf --budget SECONDS
@@ -33,12 +34,17 @@
 # left of the budget; a phase with less than PHASE_MIN seconds left is skipped, saying so. The
 # JSON is rewritten as each phase ends, so a run cut short still returns what it measured. A
 # failure is recorded as PHASE_error, naming the phase, the op or step, and the device's message.
+# OUTDIR holds five files at most (the device tool brings back eight): the JSON, the log of
+# everything printed, written as it is printed, logs.tar.gz (each phase's and each tool's own
+# log, packed again as each phase ends) and the profile phase's profile-gpt2.json and
+# perf_model.md.
 # The `train` phase's NCCL check needs two GPUs: on a one-GPU machine it says "skip nccl".
 #
 # The bundle carries libcudart (small, redistributable) but not cuBLASLt (540 MB), NCCL (220 MB;
 # xz leaves 187 MB) or cuDNN, which the run finds on the machine: the CUDA toolkit's directories,
-# the linker's cache, or the nvidia-* wheels PyTorch brings. The bundle's libraries reach only
-# ztrain's programs (through the wrappers in wrap/), never the Python that runs PyTorch.
+# the environment's LD_LIBRARY_PATH, the linker's cache, or the nvidia-* wheels PyTorch brings.
+# The bundle's libraries reach only ztrain's programs (through the wrappers in wrap/), never the
+# Python that runs PyTorch.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,13 +60,17 @@ MACHINE_LIBS="libcuda.so.1 libcublasLt.so.13 libcublas.so.13 libnccl.so.2"
 ATTENTION_LIBS="libcudnn.so.9 libnvrtc.so.13"
 # The phases in the order they run, most answer per second first, and each one's time limit
 # (docs/gpu.md's table, which tests/cli/test_gpu_bundle.py compares with `plan`).
-PHASES=(device bundle ops curve train throughput profile bench ops_perf)
+PHASES=(device bundle ops curve throughput train profile bench ops_perf)
 declare -A PHASE_LIMIT=([device]=15 [bundle]=20 [ops]=60 [curve]=45 [train]=240 [throughput]=90
                         [profile]=60 [bench]=240 [ops_perf]=60)
-PLAN_DEFAULT=ops,curve,train,throughput,profile     # and device, bundle: 530 s of limits
+PLAN_DEFAULT=ops,curve,throughput,train,profile     # and device, bundle: 530 s of limits
 BUDGET_DEFAULT=540              # seconds: the device tool's 600 s a command, less a minute
 PHASE_MIN=10                    # seconds: a phase left less is skipped
 STEP_MIN=5                      # seconds: a phase's step left less is skipped
+# Seconds one run of a training check or of the throughput phase may take (train_check.py's and
+# bench_gpu.py's --timeout; a GPU runs each in seconds): one that hangs fails itself, not every
+# check or run after it in the phase.
+RUN_LIMIT=${ZT_GPU_RUN_LIMIT:-60}
 # llm.c, the benchmark's reference (bench_gpu.py's llmc run): a checkout or git directory of
 # github.com/karpathy/llm.c, and of github.com/NVIDIA/cudnn-frontend for its cuDNN attention
 # (llm.c's USE_CUDNN=1 build), each taken at its HEAD; fetched by whoever prepares, carried in
@@ -189,6 +199,8 @@ prepare() {
 # ---- run (GPU machine) ------------------------------------------------------------------------
 
 OUT=""
+SCRATCH=""   # the run's folder outside OUT: LOGS and the training checks' work, removed at the end
+LOGS=""      # each phase's and each tool's log and JSON, packed into OUT/logs.tar.gz
 FIGURES=()   # "name": value pairs of the JSON, in the order measured
 FAILED=()
 SKIP_GPU=""  # why the GPU phases cannot run ("" while they can)
@@ -201,6 +213,13 @@ json_str() {  # a JSON string of $1: backslashes, quotes and control characters 
 figure() { FIGURES+=("\"$1\": $2"); }
 log() { echo "== $*"; }
 
+# LOGS packed into OUT/logs.tar.gz, replacing the last packing whole: OUT keeps its few files
+# (the device tool brings back eight) however many logs the phases write.
+pack_logs() {
+    [ -n "$LOGS" ] && [ -d "$LOGS" ] || return 0
+    tar -C "$LOGS" -czf "$OUT/logs.tar.gz.tmp" . && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
+
 write_json() {
     local json="$OUT/gpu-check.json" i
     {
@@ -210,6 +229,15 @@ write_json() {
         done
         echo "}"
     } >"$json.tmp" && mv "$json.tmp" "$json"
+}
+
+# The running phase's output (its tee's pipe), closed when it ends or the run does, or that tee
+# and the log's would wait for it forever.
+PHASE_FD=""
+INTERRUPTED=""  # set when the run is stopped (INT, TERM)
+close_phase_fd() {
+    [ -z "$PHASE_FD" ] || exec {PHASE_FD}>&-
+    PHASE_FD=""
 }
 
 # Runs phase NAME within LIMIT seconds, cut to what is left of the run's budget: records NAME_ok,
@@ -235,16 +263,22 @@ phase() {
     log "phase $name (at most ${limit} s)"
     PHASE_WHY=""
     local t0=$SECONDS rc
-    # Not through a pipe, which would run the phase in a subshell and lose what it records.
-    "$@" "$limit" >"$OUT/phase-$name.log" 2>&1
+    # Printed as it is printed, into gpu-check.log, so that a run killed in this phase still
+    # brings back its output; not through a pipe, which would run the phase in a subshell and
+    # lose what it records.
+    local tee_pid
+    exec {PHASE_FD}> >(tee "$LOGS/phase-$name.log")
+    tee_pid=$!
+    "$@" "$limit" >&"$PHASE_FD" 2>&1
     rc=$?
-    cat "$OUT/phase-$name.log"
+    close_phase_fd
+    wait "$tee_pid"  # for tee to write the phase's last lines
     if [ "$rc" -eq 0 ]; then
         figure "${name}_ok" true
     else
         local why=$PHASE_WHY
         [ -z "$why" ] && [ "$rc" -eq 124 ] && why="timed out after $limit s"
-        [ -n "$why" ] || why=$(grep -v '^\s*$' "$OUT/phase-$name.log" | tail -1)
+        [ -n "$why" ] || why=$(grep -v '^\s*$' "$LOGS/phase-$name.log" | tail -1)
         figure "${name}_ok" false
         figure "${name}_error" "$(json_str "phase $name: ${why:-exit $rc}")"
         echo "gpu-check: phase $name failed: ${why:-exit $rc}"
@@ -252,6 +286,7 @@ phase() {
     fi
     figure "${name}_seconds" $((SECONDS - t0))
     write_json
+    pack_logs
 }
 
 # Runs a command within LIMIT seconds, its output in LOGF. The phase's first failing step sets
@@ -259,6 +294,7 @@ phase() {
 # A step left less than STEP_MIN seconds is not started (GNU timeout takes 0 for no limit and a
 # negative number for an option): LOGF says so, the step joins SKIPPED_STEPS, and it returns 124.
 SKIPPED_STEPS=()
+STEP_PIDS=()  # the running step's timeout and tail, which a stopped run stops too
 bounded() {
     local limit=$1 logf=$2; shift 2
     local step
@@ -269,14 +305,29 @@ bounded() {
         [ -n "$PHASE_WHY" ] || PHASE_WHY="$step skipped: ${limit} s left of the phase"
         return 124
     fi
-    timeout --kill-after=5 "$limit" "$@" >"$logf" 2>&1
-    local rc=$?
-    cat "$logf"
+    # Into LOGF, and printed as it is written (tail until timeout exits): a pipe to tee would
+    # wait for whatever process still held it open, the step's time limit or not; for the same
+    # reason the step does not get the phase's pipe (PHASE_FD).
+    : >"$logf"  # there before tail looks for it
+    timeout --kill-after=5 "$limit" "$@" >>"$logf" 2>&1 {PHASE_FD}>&- &
+    local pid=$!
+    tail -n +1 -f --pid="$pid" "$logf" 2>/dev/null &
+    local tailer=$! rc
+    STEP_PIDS=("$pid" "$tailer")
+    wait "$pid"
+    rc=$?
+    wait "$tailer"
+    STEP_PIDS=()
     if [ "$rc" -ne 0 ] && [ -z "$PHASE_WHY" ]; then
         PHASE_WHY=$(grep -m1 '^FAIL' "$logf" || grep -v '^\s*$' "$logf" | tail -1)
         [ "$rc" -eq 124 ] && PHASE_WHY="$step timed out after $limit s (${PHASE_WHY:-no output})"
     fi
     return "$rc"
+}
+# A stopped run's step: timeout passes the signal on to the step's command.
+stop_step() {
+    [ ${#STEP_PIDS[@]} -eq 0 ] || kill "${STEP_PIDS[@]}" 2>/dev/null
+    STEP_PIDS=()
 }
 # The FAIL lines of a step's log, or null when the step was not started.
 failures() {
@@ -290,9 +341,10 @@ phase_device() {
     command -v nvidia-smi >/dev/null || { PHASE_WHY="no nvidia-smi: no NVIDIA driver here"; \
         SKIP_GPU="no NVIDIA driver (nvidia-smi is missing)"; return 1; }
     local q name driver limit=$1
-    q=$(timeout "$limit" nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)
+    q=$(timeout -k 5 "$limit" nvidia-smi --query-gpu=name,driver_version,memory.total \
+        --format=csv,noheader)
     if [ -z "$q" ]; then
-        PHASE_WHY="nvidia-smi lists no GPU: $(timeout "$limit" nvidia-smi 2>&1 | tail -1)"
+        PHASE_WHY="nvidia-smi lists no GPU: $(timeout -k 5 "$limit" nvidia-smi 2>&1 | tail -1)"
         SKIP_GPU="no GPU visible"
         return 1
     fi
@@ -312,11 +364,15 @@ CUDA call would fail with cudaErrorInsufficientDriver"
     fi
 }
 
-# A library the machine must supply, from the toolkit, the linker's cache or PyTorch's wheels.
+# A library the machine must supply, from the toolkit, the environment's LD_LIBRARY_PATH (which
+# the wrappers keep, and where an image may keep its CUDA libraries), the linker's cache or
+# PyTorch's wheels.
 find_machine_lib() {
-    local name=$1 d
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
-        [ -e "$d/$name" ] && { echo "$d"; return 0; }
+    local name=$1 d env_dirs
+    IFS=: read -ra env_dirs <<<"${LD_LIBRARY_PATH:-}"
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib \
+             "${env_dirs[@]}"; do
+        [ -n "$d" ] && [ -e "$d/$name" ] && { echo "$d"; return 0; }
     done
     # The cache may name a file since removed or hidden.
     d=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n {print $NF; exit}')
@@ -387,7 +443,9 @@ phase_bundle() {
         return 1
     fi
     local unresolved
-    unresolved=$(LD_LIBRARY_PATH="$LIBPATH" ldd "${PROGS[@]/#/$dir/bin/}" \
+    # As the wrappers run them: the environment's LD_LIBRARY_PATH after the bundle's.
+    unresolved=$(LD_LIBRARY_PATH="$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        ldd "${PROGS[@]/#/$dir/bin/}" \
         "$dir/lib/libztrain_cuda.so" 2>&1 \
         | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
     if [ -n "$unresolved" ]; then
@@ -422,7 +480,8 @@ llmc_wrap() {
         "$libs" "$dir/bin/llmc_train_gpt2cu" >"$dir/wrap/llmc_train_gpt2cu"
     chmod +x "$dir/wrap/llmc_train_gpt2cu"
     local unresolved
-    unresolved=$(LD_LIBRARY_PATH="$libs" ldd "$dir/bin/llmc_train_gpt2cu" 2>&1 \
+    unresolved=$(LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        ldd "$dir/bin/llmc_train_gpt2cu" 2>&1 \
         | awk '/not found/{print $1}' | sort -u | tr '\n' ' ')
     if [ -n "$missing$unresolved" ]; then
         figure llmc_error "$(json_str "llm.c's libraries not on this machine:$missing $unresolved")"
@@ -444,33 +503,36 @@ llmc_wrap() {
 phase_ops() {
     local limit=$1 t0=$SECONDS rc=0
     SKIPPED_STEPS=()
-    bounded "$limit" "$OUT/test_cuda_host.log" "$BIN/test_cuda_host" || return 1
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops.log" "$BIN/test_ops" || rc=$?
-    figure ops_failures "$(failures "$OUT/test_ops.log")"
+    # test_ops runs whatever test_cuda_host found: its ops against the CPU are the phase's point,
+    # and a CUDA backend that cannot start fails them at once.
+    bounded "$limit" "$LOGS/test_cuda_host.log" "$BIN/test_cuda_host" || rc=1
+    bounded $((limit - (SECONDS - t0))) "$LOGS/test_ops.log" "$BIN/test_ops" || rc=$?
+    figure ops_failures "$(failures "$LOGS/test_ops.log")"
     # Attention chooses cuDNN's fused attention for the 16-bit shapes it takes
     # (kernels/cuda/attention/attention.c): the run above checked those against the CPU. The family again
     # with ZTRAIN_ATTENTION=flash checks ztrain's flash kernel on the same cases, so both meet
     # the same reference on this GPU; the first "[ztrain] attention:" line says what ran.
-    figure attention_choice "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$OUT/test_ops.log")")"
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_flash.log" \
+    figure attention_choice \
+        "$(json_str "$(grep -m1 '^\[ztrain\] attention:' "$LOGS/test_ops.log")")"
+    bounded $((limit - (SECONDS - t0))) "$LOGS/test_ops_flash.log" \
         env ZTRAIN_ATTENTION=flash "$BIN/test_ops" --op attention || rc=1
-    figure ops_flash_failures "$(failures "$OUT/test_ops_flash.log")"
+    figure ops_flash_failures "$(failures "$LOGS/test_ops_flash.log")"
     # The linear layers' bias gradient comes from cuBLASLt's BGRADA / BGRADB epilogue where this
     # GPU's cuBLASLt has an algorithm for it, else from the row-tile sums (kernels/cuda/linear.cu;
     # the first "[ztrain] bias gradient:" line says which, and why). The linear families again
     # with ZTRAIN_CUDA_BIAS_GRAD=sums check the sums against the same reference on this GPU.
     figure bias_grad_choice \
-        "$(json_str "$(grep -m1 '^\[ztrain\] bias gradient:' "$OUT/test_ops.log")")"
-    bounded $((limit - (SECONDS - t0))) "$OUT/test_ops_bias_sums.log" \
+        "$(json_str "$(grep -m1 '^\[ztrain\] bias gradient:' "$LOGS/test_ops.log")")"
+    bounded $((limit - (SECONDS - t0))) "$LOGS/test_ops_bias_sums.log" \
         env ZTRAIN_CUDA_BIAS_GRAD=sums "$BIN/test_ops" --op linear --op linear_gelu \
         --op linear_twin || rc=1
-    figure ops_bias_sums_failures "$(failures "$OUT/test_ops_bias_sums.log")"
+    figure ops_bias_sums_failures "$(failures "$LOGS/test_ops_bias_sums.log")"
     figure ops_skipped "$(json_str "${SKIPPED_STEPS[*]:-}")"
     # test_ops writes its "backends:" line at once (line-buffered), so it is there unless the
     # CUDA backend was not among them.
-    if ! grep -q 'backends: cpu cuda' "$OUT/test_ops.log"; then
+    if ! grep -q 'backends: cpu cuda' "$LOGS/test_ops.log"; then
         [ -n "$PHASE_WHY" ] || PHASE_WHY="the CUDA backend did not run: $(grep -m1 -i 'cuda' \
-            "$OUT/test_ops.log")"
+            "$LOGS/test_ops.log")"
         [ "$rc" -ne 0 ] || rc=1
     fi
     if [ "$CUDNN_FOUND" != true ]; then
@@ -486,29 +548,34 @@ test_ops ran the flash kernel in its place"
 # tests/gpu/train_check.py's checks; its FIGURE lines become figures of the JSON.
 train_checks() {
     local limit=$1 checks=$2 prefix=$3
-    local logf="$OUT/train_$prefix.log"
+    local logf="$LOGS/train_$prefix.log" run_limit=$((limit > 10 ? limit - 5 : 5))
+    [ "$run_limit" -le "$RUN_LIMIT" ] || run_limit=$RUN_LIMIT
     bounded "$limit" "$logf" python3 "$ROOT/tests/gpu/train_check.py" --bin "$BIN" \
-        --dir "$OUT/train-work" --checks "$checks" --timeout $((limit > 10 ? limit - 5 : 5))
+        --dir "$SCRATCH/train-work" --checks "$checks" --timeout "$run_limit"
     local rc=$? name value
     while read -r _ name value; do figure "train_$name" "$value"; done \
         < <(grep '^FIGURE ' "$logf")
     figure "${prefix}_failures" "$(grep -c '^FAIL' "$logf")"
-    rm -rf "$OUT/train-work"
+    rm -rf "$SCRATCH/train-work"
     return "$rc"
 }
 phase_curve() { train_checks "$1" gpt2,curve curve; }
 phase_train() { train_checks "$1" llama,bf16,zero,memory,resume,nccl train; }
 
-# GPT-2 124M on ztrain (and llm.c, when carried) for about a minute: the first tokens/s and MFU
-# figures, and the first ratio to llm.c on this GPU.
+# GPT-2 124M on ztrain, llm.c (when carried) and PyTorch eager for about a minute: the first
+# tokens/s and MFU figures, and the first ratios to llm.c and PyTorch on this GPU, in case the
+# second command (the benchmark, with torch.compile) never gets its device time.
 phase_throughput() {
-    local limit=$1
-    bounded "$limit" "$OUT/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
-        --runs "ztrain${LLMC_BIN:+,llmc}" "${LLMC_ARGS[@]}" \
+    # Each run at most RUN_LIMIT seconds and half the phase: one that hangs leaves the next
+    # (llm.c after ztrain) its time.
+    local limit=$1 run_limit=$((limit > 30 ? (limit - 10) / 2 : 10))
+    [ "$run_limit" -le "$RUN_LIMIT" ] || run_limit=$RUN_LIMIT
+    bounded "$limit" "$LOGS/throughput.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+        --runs "ztrain${LLMC_BIN:+,llmc},torch_eager" "${LLMC_ARGS[@]}" \
         --models gpt2 --steps 20 --warmup 3 --micro-batch 8 \
-        --timeout $((limit > 20 ? limit - 10 : 10)) --out "$OUT/throughput.json"
+        --timeout "$run_limit" --out "$LOGS/throughput.json"
     local rc=$?
-    [ -s "$OUT/throughput.json" ] && figure throughput "$(cat "$OUT/throughput.json")"
+    [ -s "$LOGS/throughput.json" ] && figure throughput "$(cat "$LOGS/throughput.json")"
     return "$rc"
 }
 
@@ -518,10 +585,10 @@ phase_throughput() {
 # bench/README.md's, docs/profiling.md).
 phase_profile() {
     local limit=$1
-    bounded "$limit" "$OUT/profile.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+    bounded "$limit" "$LOGS/profile.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
         --runs ztrain --models gpt2 --steps 4 --warmup 2 --micro-batch 16 --exact-batch \
         --profile "$OUT/profile-gpt2.json" --timeout $((limit > 20 ? limit - 10 : 10)) \
-        --out "$OUT/profile-run.json"
+        --out "$LOGS/profile-run.json"
     local rc=$?
     if [ -s "$OUT/profile-gpt2.json" ]; then
         figure profile "$(cat "$OUT/profile-gpt2.json")"
@@ -533,7 +600,7 @@ phase_profile() {
 }
 
 phase_ops_perf() {
-    bounded "$1" "$OUT/test_ops_perf.log" "$BIN/test_ops" --perf
+    bounded "$1" "$LOGS/test_ops_perf.log" "$BIN/test_ops" --perf
 }
 
 # The benchmark: ztrain against PyTorch eager and torch.compile (and llm.c, when carried) on GPT-2
@@ -541,12 +608,44 @@ phase_ops_perf() {
 # run, so a phase cut short keeps the runs before.
 phase_bench() {
     local limit=$1
-    bounded "$limit" "$OUT/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
+    bounded "$limit" "$LOGS/bench_gpu.log" python3 "$ROOT/bench/bench_gpu.py" --ztrain-bin "$BIN" \
         --runs "ztrain,torch_eager,torch_compile${LLMC_BIN:+,llmc}" "${LLMC_ARGS[@]}" \
-        --steps 20 --warmup 5 --micro-batch 16 --timeout 180 --out "$OUT/bench_gpu.json"
+        --steps 20 --warmup 5 --micro-batch 16 --timeout 180 --out "$LOGS/bench_gpu.json"
     local rc=$?
-    [ -s "$OUT/bench_gpu.json" ] && figure bench "$(cat "$OUT/bench_gpu.json")"
+    [ -s "$LOGS/bench_gpu.json" ] && figure bench "$(cat "$LOGS/bench_gpu.json")"
     return "$rc"
+}
+
+# The run's verdict as its last lines, which the device tool returns (output_tail) even when
+# OUTDIR does not come back: each phase's result, the checks' figures and the throughput.
+summary() {
+    log "summary (all of it in $OUT/gpu-check.json)"
+    python3 - "$OUT/gpu-check.json" <<'EOF' 2>&1 \
+        || grep -v '^  "\(throughput\|bench\|profile\)"' "$OUT/gpu-check.json"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{r.get('device')}, driver {r.get('driver')}, bundle {r.get('bundle_commit')}")
+for p in r.get("plan", "").split():
+    ok = {True: "ok", False: "FAILED", None: "skipped"}[r.get(f"{p}_ok")]
+    why = r.get(f"{p}_error", "")
+    print(f"  {p:10s} {ok:7s} {r.get(f'{p}_seconds', '-')} s  {why[:300]}")
+figs = {k: v for k, v in r.items() if k.startswith(("ops_", "train_", "attention", "bias_grad"))
+        and not k.endswith(("_ok", "_seconds", "_error")) and not isinstance(v, dict)}
+for k, v in figs.items():
+    print(f"  {k}: {v}")
+for part in ("throughput", "bench"):
+    for family, runs in (r.get(part) or {}).items():
+        if not isinstance(runs, dict) or "params" not in runs:
+            continue
+        for name, v in runs.items():
+            if isinstance(v, dict):
+                got = (f"{v['tokens_per_s']:,.0f} tokens/s, MFU {100 * (v.get('mfu') or 0):.1f}%,"
+                       f" micro-batch {v.get('micro_batch')}" if v.get("tokens_per_s")
+                       else f"failed: {str(v.get('error'))[:200]}")
+                print(f"  {part} {family} {name}: {got}")
+            elif name.startswith("ratio"):
+                print(f"  {part} {family} {name}: {v:.3f}")
+EOF
 }
 
 no_bundle() {
@@ -606,16 +705,25 @@ run() {
     mkdir -p "$OUT" || die "cannot create $OUT"
     OUT=$(cd "$OUT" && pwd)
     exec > >(tee "$OUT/gpu-check.log") 2>&1
+    local tee_pid=$!
     RUN_T0=$SECONDS
     log "gpu-check $(date -u +%FT%TZ) in $ROOT ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
     log "phases: ${PLAN[*]}, within $BUDGET s"
     figure commit "$(json_str "$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)")"
     figure plan "$(json_str "${PLAN[*]}")"
     figure budget_seconds "$BUDGET"
-    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON; every run
-    # leaves no unpacked bundle behind (107 MB).
-    trap 'figure interrupted true; write_json; exit 3' INT TERM
-    trap '[ -z "$BUNDLE_DIR" ] || rm -rf "$BUNDLE_DIR"' EXIT
+    SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/ztrain-gpu-run.XXXXXX") || die "no temporary directory"
+    LOGS="$SCRATCH/logs"
+    mkdir -p "$LOGS" || die "cannot create $LOGS"
+    # A cut run (the lease ends, a timeout kills the script) still leaves its JSON and its logs;
+    # every run leaves no unpacked bundle (107 MB) and no scratch behind.
+    trap 'INTERRUPTED=1; stop_step; figure interrupted true; write_json; pack_logs; exit 3' \
+        INT TERM
+    # The log's tee is waited for, or the run's last lines could land after the device tool has
+    # taken OUTDIR; not when stopped in a phase, whose redirection keeps a copy of the log's pipe
+    # open until the script exits (tee then ends at once).
+    trap 'rm -rf ${BUNDLE_DIR:+"$BUNDLE_DIR"} "$SCRATCH"; close_phase_fd; exec >&- 2>&-
+          [ -n "$INTERRUPTED" ] || wait '"$tee_pid" EXIT
     write_json
     if [ ! -f "$CARRY/bundle.tar.xz" ]; then
         figure bundle_ok false
@@ -633,6 +741,7 @@ run() {
     done
     figure failed_phases "$(json_str "${FAILED[*]:-}")"
     write_json
+    summary
     log "done in $((SECONDS - RUN_T0)) s: ${#FAILED[@]} phase(s) failed${FAILED[*]:+: ${FAILED[*]}}"
     [ ${#FAILED[@]} -eq 0 ]
 }

@@ -33,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 
@@ -52,6 +53,26 @@ def sh(args, env=None, timeout=240):
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return subprocess.CompletedProcess(args, -1, out, f"timed out after {timeout} s")
+
+
+def logs_of(out):
+    """{name: text} of OUT/logs.tar.gz, the run's phase and tool logs; {} without it."""
+    try:
+        with tarfile.open(os.path.join(out, "logs.tar.gz")) as tar:
+            return {os.path.basename(m.name): tar.extractfile(m).read().decode(errors="replace")
+                    for m in tar.getmembers() if m.isfile()}
+    except (OSError, tarfile.TarError):
+        return {}
+
+
+def check_brought_back(out, what):
+    """OUT as the device tool brings it back: at most 8 files, each no more than 2 folders down
+    (/work/.library/device/README.md, its Limits); the run's own: files alone, no folders."""
+    names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    folders = [n for n in names if os.path.isdir(os.path.join(out, n))]
+    check(names and len(names) <= 8 and not folders and
+          {"gpu-check.json", "gpu-check.log"} <= set(names),
+          f"{what}: OUTDIR holds at most the 8 files the device tool brings back: {names}")
 
 
 def load_json(path):
@@ -143,11 +164,14 @@ try:
     check(res.get("device_ok") is False and "phase device" in res.get("device_error", "") and
           "nvidia-smi" in res.get("device_error", ""),
           f"the device phase failed, saying why: {res.get('device_error')}")
-    skipped = [k for k in ("bundle", "ops", "curve", "train", "throughput", "profile")
+    check_brought_back(out, "run without a GPU")
+    check("phase-device.log" in logs_of(out),
+          f"logs.tar.gz holds the phase's log: {sorted(logs_of(out))}")
+    skipped = [k for k in ("bundle", "ops", "curve", "throughput", "train", "profile")
                if res.get(f"{k}_ok", "absent") is None and
                res.get(f"{k}_error", "").startswith(f"phase {k}: skipped: ")]
     check(len(skipped) == 6, f"every later phase is marked skipped with the reason: {skipped}")
-    check(res.get("plan") == "device bundle ops curve train throughput profile" and
+    check(res.get("plan") == "device bundle ops curve throughput train profile" and
           "bench_ok" not in res and res.get("budget_seconds") == 540,
           f"the default plan leaves bench to the second command: {res.get('plan')}, "
           f"budget {res.get('budget_seconds')}")
@@ -248,10 +272,11 @@ try:
         shutil.rmtree(os.path.dirname(bin_dir), ignore_errors=True)
 
     def stall_test_ops(out, stop):
-        """Stops (SIGSTOP) the first test_ops once its log has its backends line: a test_ops
-        that hangs on a GPU, made certain here, where the emulated run may well finish within
-        the budget on a quick machine. The phase's timeout then kills it."""
-        log = os.path.join(out, "test_ops.log")
+        """Stops (SIGSTOP) the first test_ops once the run's log has its backends line (the
+        log is written as the step prints, or a run killed in a phase would bring back nothing
+        of it): a test_ops that hangs on a GPU, made certain here, where the emulated run may
+        well finish within the budget on a quick machine. The phase's timeout then kills it."""
+        log = os.path.join(out, "gpu-check.log")
         while not stop.wait(0.05):
             try:
                 if "backends:" not in open(log, errors="replace").read():
@@ -295,17 +320,16 @@ try:
         check(res.get("ops_ok") is False and "test_ops timed out after" in err and
               "did not run" not in err,
               f"ops_error names test_ops's timeout: {err}")
-        logs = [os.path.join(out, n) for n in os.listdir(out)] if os.path.isdir(out) else []
-        bad = [n for n in logs if "invalid option" in open(n, errors="replace").read()]
+        logs = logs_of(out)
+        bad = [n for n, text in logs.items() if "invalid option" in text]
         check(res.get("ops_skipped") == "test_ops_flash test_ops_bias_sums" and
               res.get("ops_flash_failures", 0) is None and
               res.get("ops_bias_sums_failures", 0) is None and not bad,
               f"the steps left no time are skipped and named, timeout never misread: "
               f"{res.get('ops_skipped')!r} {bad}")
-        test_ops_log = os.path.join(out, "test_ops.log")
-        check(os.path.exists(test_ops_log) and
-              "backends: cpu cuda" in open(test_ops_log).read(),
-              "test_ops's stdout survives its kill (line-buffered)")
+        check("backends: cpu cuda" in logs.get("test_ops.log", ""),
+              f"test_ops's stdout survives its kill (line-buffered): {sorted(logs)}")
+        check_brought_back(out, "the emulated ops run")
         # The budget bounds the phase through timeout's limits: 20 s, plus the 5 s timeout grants a
         # killed step and a few for the script's own work on a loaded machine.
         check(res.get("plan") == "device bundle ops" and "curve_ok" not in res and

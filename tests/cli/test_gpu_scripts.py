@@ -7,8 +7,10 @@ argument handling and --dry-run plan are checked too: the model sizes it states 
 124M's and the 1.1B Llama's parameter counts, computed here."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cliref import BUILD, SRC, Checks  # noqa: E402
@@ -103,6 +105,95 @@ want = 16 * 1024 * 1000.0 / after[len(after) // 2]
 check(got == want, f"llm.c's tokens/s from its step lines: {got}, expected {want}")
 check(bench_gpu.llmc_tokens_per_s("no steps here", 16, 3) is None,
       "llm.c's output without step lines gives no figure")
+
+# The micro-batch search: a size that does not fit (each run's own words for it) is retried at
+# half the size; any other failure would fail alike at every size, each try the GPU's minutes.
+def tries(error, exact=False):
+    sizes = []
+
+    def fake_run(micro):
+        sizes.append(micro)
+        return {"error": error} if micro > 2 else {"tokens_per_s": 1.0}
+    return sizes, bench_gpu.largest(fake_run, 16, exact)
+
+
+for oom in ("ztrain: job.json: the job does not fit on the GPU: it needs an estimated 96.4 GiB",
+            "gpt2: out of memory", "out of memory", "llm.c micro-batch 16: its optimizer state "
+            "fell back to managed memory (the device is full)"):
+    sizes, res = tries(oom)
+    check(sizes == [16, 8, 4, 2] and res.get("micro_batch") == 2,
+          f"a micro-batch that does not fit is retried at half ({oom[:40]}...): {sizes} {res}")
+for other in ("InductorError: LoweringException: RuntimeError: mix of the legacy and new APIs",
+              "ztrain run micro-batch 16: no result within --timeout 180 s",
+              "cuda backend: an illegal memory access was encountered"):
+    sizes, res = tries(other)
+    check(sizes == [16] and res.get("micro_batch") == 0 and res.get("error") == other,
+          f"any other failure is not retried at smaller sizes ({other[:40]}...): {sizes}")
+sizes, res = tries("out of memory", exact=True)
+check(sizes == [16] and res.get("micro_batch") == 0, f"--exact-batch tries one size: {sizes}")
+
+
+# A PyTorch run that fails in a way of its own (Inductor, Triton or the host compiler raise more
+# than RuntimeError) is recorded as the run's error, not raised past the runs after it.
+class FakeCuda:
+    OutOfMemoryError = type("OutOfMemoryError", (RuntimeError,), {})
+
+    def empty_cache(self):
+        pass
+
+    def reset_peak_memory_stats(self):
+        pass
+
+
+class FakeTorch:
+    cuda = FakeCuda()
+
+    @property
+    def nn(self):
+        raise AssertionError("inductor: an internal assertion")
+
+
+args = bench_gpu.argparse.Namespace(steps=1, warmup=0)
+try:
+    res = bench_gpu.run_torch(args, FakeTorch(), "gpt2", bench_gpu.GPT2, 4, True)
+except Exception as e:  # noqa: BLE001
+    res = {"raised": repr(e)}
+check(res.get("error") == "AssertionError: inductor: an internal assertion",
+      f"a torch.compile failure that is no RuntimeError is the run's error: {res}")
+
+# ztrain's figures without PyTorch's CUDA (this Python's torch has none): a fake nvidia-smi and a
+# fake `ztrain run` that writes the metrics a run writes; the PyTorch run fails alone, saying why.
+fake = tempfile.mkdtemp(prefix="zt-bench-gpu-")
+with open(os.path.join(fake, "nvidia-smi"), "w") as f:
+    f.write("#!/bin/sh\ncase \"$*\" in *name*) echo 'NVIDIA H100 80GB HBM3';; "
+            "*memory.used*) echo 1000;; esac\n")
+with open(os.path.join(fake, "ztrain"), "w") as f:
+    f.write("#!/bin/sh\n# ztrain run JOB --out DIR\nmkdir -p \"$4\"\nfor i in 1 2 3; do echo "
+            "'{\"step\": '$i', \"perf/tokens_per_second\": 100000.0}'; done "
+            ">\"$4/metrics.jsonl\"\n")
+for name in ("nvidia-smi", "ztrain"):
+    os.chmod(os.path.join(fake, name), 0o755)
+out_json = os.path.join(fake, "out.json")
+p = subprocess.run([sys.executable, BENCH, "--ztrain-bin", fake, "--runs", "ztrain,torch_eager",
+                    "--models", "gpt2", "--steps", "2", "--warmup", "1", "--out", out_json],
+                   capture_output=True, text=True, timeout=120,
+                   env=dict(os.environ, PATH=fake + os.pathsep + os.environ["PATH"]))
+try:
+    res = json.load(open(out_json))
+except (OSError, ValueError):
+    res = {}
+z, t = res.get("gpt2", {}).get("ztrain", {}), res.get("gpt2", {}).get("torch_eager", {})
+fpt = bench_gpu.flops_per_token(bench_gpu.GPT2, bench_gpu.gpt2_params(bench_gpu.GPT2))
+check(p.returncode == 1 and res.get("device") == "NVIDIA H100 80GB HBM3" and
+      z.get("tokens_per_s") == 100000.0 and z.get("mfu") == 100000.0 * fpt / 989e12,
+      f"ztrain's tokens/s and MFU without PyTorch's CUDA: exit {p.returncode} {z} "
+      f"{p.stderr.strip()[-300:]}")
+check("torch.cuda.is_available() is False" in t.get("error", "") or
+      "import torch failed" in t.get("error", ""),
+      f"the PyTorch run fails alone, saying why: {t}")
+check(p.stderr.strip().splitlines()[-1:] == ["bench_gpu: no figure from gpt2 torch_eager"],
+      f"a run without a figure fails the benchmark, named in its last line: {p.stderr[-300:]}")
+shutil.rmtree(fake, ignore_errors=True)
 p = run([BENCH, "--micro-batch", "0", "--dry-run"])
 check(p.returncode == 2 and "--micro-batch" in p.stderr, "a micro-batch of 0 is refused")
 p = run([BENCH])

@@ -77,12 +77,14 @@ def train(ctx, name, spec, env=None, records=False):
         p = subprocess.run([os.path.join(ctx.bin, "ztrain"), "run", path, "--out", out],
                            capture_output=True, text=True, timeout=ctx.timeout,
                            env=dict(os.environ, **(env or {})))
-    except (OSError, subprocess.TimeoutExpired) as e:
-        print(f"  {name}: {e}")
-        return None
+    except subprocess.TimeoutExpired:
+        return failed(ctx, name, f"no result within --timeout {ctx.timeout:g} s")
+    except OSError as e:
+        return failed(ctx, name, str(e))
     if p.returncode != 0:
         print(f"  {name}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-        return None
+        last = (p.stderr.strip() or p.stdout.strip() or "no output").splitlines()[-1]
+        return failed(ctx, name, f"exit {p.returncode}: {last[:300]}")
     with open(os.path.join(out, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f if line.strip()]
     if records:
@@ -90,13 +92,23 @@ def train(ctx, name, spec, env=None, records=False):
     return [r["train/loss"] for r in recs if "train/loss" in r]
 
 
+def failed(ctx, name, why):
+    """A run that gave no losses: printed, and kept for the FAIL line of its check (the line
+    scripts/gpu-check.sh puts in the JSON)."""
+    print(f"  {name}: {why}")
+    ctx.failures.append(f"{name}: {why}")
+    return None
+
+
 def worst_rel(a, b):
     return max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
 
 
-def compare(what, got, ref, tol, n):
+def compare(ctx, what, got, ref, tol, n):
     if got is None or ref is None or len(got) != n or len(ref) != n:
-        check(False, f"{what}: both runs give {n} losses")
+        why = f" ({'; '.join(ctx.failures)})" if ctx.failures else ""
+        check(False, f"{what}: both runs give {n} losses{why}")
+        ctx.failures.clear()
         return None
     err = worst_rel(got, ref)
     check(err <= tol, f"{what}: worst relative loss difference {err:.2e} <= {tol:g}")
@@ -107,8 +119,8 @@ def check_family(ctx, family, model):
     steps = 3
     ref = train(ctx, f"{family}-cpu", job(f"{family}-cpu", "cpu", model, steps))
     got = train(ctx, f"{family}-dev", job(f"{family}-dev", ctx.device, model, steps))
-    err = compare(f"{family}: {steps} fp32 steps on {ctx.device} against the CPU engine", got,
-                  ref, ctx.step_tol, steps)
+    err = compare(ctx, f"{family}: {steps} fp32 steps on {ctx.device} against the CPU engine",
+                  got, ref, ctx.step_tol, steps)
     figure(f"{family}_step_rel_err", err)
 
 
@@ -116,8 +128,8 @@ def check_curve(ctx):
     steps = 20
     ref = train(ctx, "curve-cpu", job("curve-cpu", "cpu", GPT2, steps))
     got = train(ctx, "curve-dev", job("curve-dev", ctx.device, GPT2, steps))
-    err = compare(f"curve: {steps} fp32 GPT-2 steps on {ctx.device} against the CPU's curve",
-                  got, ref, 1e-2, steps)
+    err = compare(ctx, f"curve: {steps} fp32 GPT-2 steps on {ctx.device} against the CPU's "
+                  "curve", got, ref, 1e-2, steps)
     figure("curve_rel_err", err)
     if got:
         figure("curve_final_loss", got[-1])
@@ -127,7 +139,7 @@ def check_bf16(ctx):
     steps = 20
     f32 = train(ctx, "curve-fp32", job("curve-fp32", ctx.device, GPT2, steps))
     b16 = train(ctx, "curve-bf16", job("curve-bf16", ctx.device, GPT2, steps, dtype="bf16"))
-    err = compare(f"bf16: {steps} bf16 steps against the fp32 curve", b16, f32, 0.05, steps)
+    err = compare(ctx, f"bf16: {steps} bf16 steps against the fp32 curve", b16, f32, 0.05, steps)
     if err is not None:
         last = abs(b16[-1] - f32[-1]) / f32[-1]
         check(last <= 0.02, f"bf16: the last loss within {last:.2e} <= 2% of fp32's")
@@ -144,8 +156,8 @@ def check_zero(ctx, transport="shm", stages=(1, 2, 3)):
         name = f"zero{stage}-two-{transport}"
         two = train(ctx, name, job(name, ctx.device, GPT2, steps, world=2, stage=stage),
                     env={"ZTRAIN_COMM": transport})
-        err = compare(f"zero: stage {stage}, 2 ranks over {transport} against 1 rank", two, one,
-                      1e-4, steps)
+        err = compare(ctx, f"zero: stage {stage}, 2 ranks over {transport} against 1 rank", two,
+                      one, 1e-4, steps)
         figure(f"zero{stage}_{transport}_rel_err", err)
 
 
@@ -234,6 +246,7 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
     ctx = ap.parse_args(argv)
+    ctx.failures = []  # the failed runs not yet named by a check
     known = {"gpt2", "llama", "curve", "bf16", "zero", "resume", "nccl", "memory"}
     wanted = [c for c in ctx.checks.split(",") if c]
     bad = [c for c in wanted if c not in known]
@@ -245,6 +258,7 @@ def main(argv=None):
         with open(os.path.join(ctx.dir, "train.txt"), "wb") as f:
             f.write(bytes((i * 7 + i // 13) % 251 for i in range(60000)))
         for c in wanted:
+            ctx.failures.clear()
             if c == "gpt2":
                 check_family(ctx, "gpt2", GPT2)
             elif c == "llama":
