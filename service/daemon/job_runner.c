@@ -17,6 +17,9 @@
 #include "ranks/proc_spawn.h"
 #include "ranks/rank_group.h"
 
+/* After a rank fails, the others get SIGTERM and, this many seconds later, SIGKILL. */
+#define RANK_FAIL_GRACE_S 3.0
+
 /* ------------------------------------------------------------------------------------------ */
 /* The queue                                                                                   */
 
@@ -70,7 +73,7 @@ static void start_job(zt_jobs *jm, job *j) {
                           .threads_per_rank = threads,
                           .run_id = jm->cfg.slurm ? name : j->info.id,
                           .job_id = j->info.id,
-                          .fail_grace_s = 3.0,
+                          .fail_grace_s = RANK_FAIL_GRACE_S,
                           .passive_wait = (long)threads * jm->cfg.max_ranks > cpus,
                           .slurm = jm->cfg.slurm ? &sj : NULL};
     /* Every rank sees the job's GPUs and takes the one of its LOCAL_RANK (gpu_pool.h). */
@@ -339,6 +342,20 @@ static void stop_failure(const job *j, const zt_group_end *end, char *buf, size_
         snprintf(buf, size, "the ranks did not stop cleanly");
 }
 
+/* The rank that failed first may only have given up waiting for a peer that stopped answering
+ * (zt_group_end.stuck_rank): that peer becomes the failed rank, and the reason blames it, as
+ * `ztrain run` does. */
+static void blame_stuck_rank(job *j, const zt_group_end *end) {
+    if (end->stuck_rank < 0 || end->stuck_rank >= j->info.world_size)
+        return;
+    char line[1600];
+    zt_rank_describe_stuck(line, sizeof line, end->stuck_rank, end->stuck_pid,
+                           end->stuck_stopped, RANK_FAIL_GRACE_S,
+                           j->fail_reason ? j->fail_reason : "");
+    zt_jm_set_str(&j->fail_reason, line);
+    j->failed_rank = end->stuck_rank;
+}
+
 /* The final state, once every rank is reaped: a cancel request wins, then the first failure. */
 static void on_group_ended(void *group_ctx, const zt_group_end *end) {
     job *j = group_ctx;
@@ -395,6 +412,7 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
         else if (!zt_jm_restart(jm, j))
             zt_jm_set_state(jm, j, ZT_JOB_FAILED);
     } else if (j->failed_rank >= 0) {
+        blame_stuck_rank(j, end);
         zt_jm_set_reason(j, "%s", j->fail_reason);
         if (!zt_jm_restart(jm, j))
             zt_jm_set_state(jm, j, ZT_JOB_FAILED);

@@ -45,6 +45,14 @@ typedef struct {
      * ranks record them, rank_group.h: zt_rank_record), "; "-separated, and "rank 1: <dir>
      * (cannot remove: <why>)" for one it could not; "" when there was none. */
     const char *offload_dirs;
+    /* Local groups whose first failure was a rank's exit with an error: that rank may only have
+     * given up waiting for a peer that stopped answering. stuck_rank is that peer (-1: none),
+     * found stopped (SIGSTOP, a debugger: stuck_stopped) before the group was continued, or
+     * else the first rank that outlived fail_grace_s after SIGTERM and was killed; stuck_pid is
+     * its pid (rank_group.h: zt_rank_describe_stuck words it). */
+    int stuck_rank;
+    pid_t stuck_pid;
+    bool stuck_stopped;
 } zt_group_end;
 
 /* All run on the supervisor thread, with no supervisor lock held. */

@@ -89,7 +89,7 @@ class Daemon:
     tmpdir/ztraind.log, which log() returns."""
 
     def __init__(self, build, tmpdir, max_ranks=1, token=None, extra_args=(), threads_per_rank=1,
-                 grace=None, start=True):
+                 grace=None, start=True, env=None):
         self.build = os.path.abspath(build)
         self.dir = tmpdir
         self.state_dir = os.path.join(tmpdir, "state")
@@ -107,6 +107,7 @@ class Daemon:
         self.extra_args = list(extra_args)
         self.threads_per_rank = threads_per_rank
         self.grace = grace
+        self.env = env or {}   # variables set for ztraind (and so its ranks) beyond the tests'
         self.log_path = os.path.join(tmpdir, "ztraind.log")
         self.grpc_port = 0
         self.http_port = 0
@@ -147,6 +148,7 @@ class Daemon:
         """Starts ztraind and waits for its ready line, which names the ports it bound."""
         env = dict(os.environ)
         env.pop("ZTRAIN_TOKEN", None)
+        env.update(self.env)
         with open(self.log_path, "ab") as log:
             start_offset = log.tell()
             self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT,

@@ -2,6 +2,9 @@
 
 - a rank killed with SIGKILL fails its job within 5 s, naming the rank and the signal, and no
   process of the job is left (nor its shared-memory segment);
+- a rank stopped with SIGSTOP (a hang) fails its job once its peer's collective times out
+  (ZTRAIN_COMM_TIMEOUT_S), and the reason and the attempt blame the stopped rank, not the peer
+  that gave up waiting for it, as `ztrain run` does (docs/parallelism.md);
 - ztraind killed with SIGKILL takes its ranks along (they ask for SIGTERM when it dies), and the
   restarted daemon has every job, its metric history and its log tail; the job that was running
   is FAILED with the reason, and a queued job still runs;
@@ -64,6 +67,28 @@ def killed_rank():
         logs = http_json(d, f"/api/v1/jobs/{j.id}/logs?tail=50")["lines"]
         c.check(any("signal 9" in l["text"] and l["stream"] == "ztraind" for l in logs),
                 "ztraind's own log line about the killed rank is in the job's log")
+
+
+def stopped_rank():
+    d = Daemon(BUILD, temp_dir("ztrain-sup-stop-"), max_ranks=2,
+               env={"ZTRAIN_COMM_TIMEOUT_S": "3"})
+    with d:
+        j = submit(d, tiny_job(d.data_root, name="hung", world_size=2, max_steps=100000))
+        j = wait_step(d, j.id, 3)
+        pids = [r.pid for r in j.ranks]
+        os.kill(pids[0], signal.SIGSTOP)
+        j = wait_state(d, j.id, {"FAILED", "SUCCEEDED", "CANCELLED"}, timeout=60, poll=0.05)
+        c.check(state_name(j.state) == "FAILED", f"job FAILED after SIGSTOP of rank 0 "
+                f"(state {state_name(j.state)})")
+        want = f"rank 0 (pid {pids[0]}) stopped answering: it was stopped (SIGSTOP"
+        c.check(j.reason.startswith(want) and f"when rank 1 (pid {pids[1]}) exited" in j.reason,
+                f"reason blames the stopped rank 0, then says how rank 1 failed: {j.reason!r}")
+        attempt = j.attempts[-1] if j.attempts else None
+        c.check(attempt is not None and attempt.rank == 0,
+                f"the attempt's failed rank is 0 ({attempt.rank if attempt else None})")
+        c.check(not wait_gone(pids, 5), "no rank process left (the stopped one included)")
+        c.check(not shm_segments(d, j.id), f"no shm segment of the job left: "
+                f"{shm_segments(d, j.id)}")
 
 
 def daemon_killed_and_restarted():
@@ -138,6 +163,7 @@ def http_port_in_use():
 
 
 killed_rank()
+stopped_rank()
 daemon_killed_and_restarted()
 daemon_sigterm()
 http_port_in_use()
