@@ -8,7 +8,8 @@
 - ztraind killed with SIGKILL takes its ranks along (they ask for SIGTERM when it dies), and the
   restarted daemon has every job, its metric history and its log tail; the job that was running
   is FAILED with the reason, and a queued job still runs;
-- ztraind stopped with SIGTERM cancels a running job with a checkpoint and exits 0;
+- ztraind sent SIGHUP (its terminal closed) goes on serving, the running job still training,
+  and says it ignored the signal; then SIGTERM cancels the job with a checkpoint and exits 0;
 - an HTTP port already in use is an error at start, naming the address."""
 import json
 import os
@@ -136,6 +137,16 @@ def daemon_sigterm():
     d = Daemon(BUILD, temp_dir("ztrain-sup-term-"), max_ranks=1, grace=20)
     j = submit(d, tiny_job(d.data_root, name="graceful", max_steps=100000))
     j = wait_step(d, j.id, 3)
+    d.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    c.check(d.proc.poll() is None, f"ztraind survives SIGHUP (exit {d.proc.poll()})")
+    c.check("SIGHUP ignored" in d.log(), "ztraind says it ignored SIGHUP")
+    if d.proc.poll() is not None:
+        return
+    step = get_job(d, j.id).step
+    after = wait_step(d, j.id, step + 1)
+    c.check(state_name(after.state) == "RUNNING" and after.step > step,
+            f"the job trains on after SIGHUP (step {step} -> {after.step})")
     rc = d.stop(timeout=30)
     c.check(rc == 0, f"ztraind exits 0 on SIGTERM (got {rc})")
     c.check(not wait_gone([r.pid for r in j.ranks], 5), "no rank left")
