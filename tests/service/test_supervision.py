@@ -7,7 +7,8 @@
   that gave up waiting for it, as `ztrain run` does (docs/parallelism.md);
 - ztraind killed with SIGKILL takes its ranks along (they ask for SIGTERM when it dies), and the
   restarted daemon has every job, its metric history and its log tail; the job that was running
-  is FAILED with the reason, and a queued job still runs;
+  is FAILED with the reason, its ranks' ends unknown (not "exited with status 0"), and a queued
+  job still runs;
 - ztraind sent SIGHUP (its terminal closed) goes on serving, the running job still training,
   and says it ignored the signal; then SIGTERM cancels the job with a checkpoint and exits 0;
 - an HTTP port already in use is an error at start, naming the address."""
@@ -123,6 +124,18 @@ def daemon_killed_and_restarted():
     r = get_job(d, running.id)
     c.check(state_name(r.state) == "FAILED" and "restarted" in r.reason,
             f"the interrupted job is FAILED with the reason: {state_name(r.state)} {r.reason!r}")
+    c.check(all(rk.exit_unknown and not rk.running for rk in r.ranks),
+            f"its rank's end is unknown, not a made-up exit status: "
+            f"{[(rk.rank, rk.exit_code, rk.signal, rk.exit_unknown) for rk in r.ranks]}")
+    ranks_json = http_json(d, f"/api/v1/jobs/{running.id}")["ranks"]
+    c.check([rk["exit_unknown"] for rk in ranks_json] == [True],
+            f"HTTP says the same: {ranks_json}")
+    shown = subprocess.run([os.path.join(BUILD, "ztrain"), "--server", d.grpc_addr, "status",
+                            running.id], capture_output=True, text=True, timeout=30).stdout
+    c.check("end unknown (ztraind was restarted while it ran)" in shown
+            and "exited with status" not in shown, f"`ztrain status` says so: {shown!r}")
+    c.check(not any(rk.exit_unknown for rk in get_job(d, done.id).ranks),
+            "the job that had ended keeps its ranks' exits")
     c.check(len(series(d, running.id)) >= seen, f"its records up to the kill are kept "
             f"({len(series(d, running.id))} >= {seen})")
     q = wait_state(d, queued.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
