@@ -92,6 +92,16 @@ static void list_transports(bool lacking, char *out, size_t cap) {
     }
 }
 
+static const volatile sig_atomic_t *stop_flag;
+
+void zt_comm_set_stop_flag(const volatile sig_atomic_t *flag) {
+    stop_flag = flag;
+}
+
+bool zt_comm_stop_requested(void) {
+    return stop_flag && *stop_flag;
+}
+
 zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_info *d,
                          double timeout_s) {
     *out = NULL;

@@ -225,6 +225,14 @@ static zt_status barrier(zt_shm_comm *c, const char *what, bool rendezvous) {
             }
             next_check = now + ZT_SHM_WAIT_SLICE_NS;
         }
+        if (rendezvous && zt_comm_stop_requested()) {
+            char who[160];
+            missing_ranks(c, g, who, sizeof who);
+            return zt_comm_fail(&c->comm, ZT_ERR_STOPPED,
+                                "rendezvous: a stop was asked for while waiting for rank(s) %s "
+                                "to attach to %s",
+                                who, c->name);
+        }
         if (now >= deadline) {
             if (atomic_load_explicit(&h->gen, memory_order_acquire) != g)
                 return ZT_OK;
@@ -650,6 +658,11 @@ static zt_status attach_segment(zt_shm_comm *c) {
             }
         }
         int64_t left = deadline - zt_shm_now_ns();
+        if (zt_comm_stop_requested())
+            return zt_error(ZT_ERR_STOPPED,
+                            "rendezvous: a stop was asked for while rank %d waited for rank 0's "
+                            "segment (%s)",
+                            c->comm.rank, why);
         if (left <= 0)
             return zt_error(ZT_ERR_TIMEOUT,
                             "rendezvous timed out after %g s: rank %d found no usable segment "

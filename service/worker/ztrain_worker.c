@@ -38,7 +38,8 @@
  * the choice on stderr (not the default shm, which it has always used silently).
  *
  * Exit status: 0 success, 1 failure ("ztrain-worker: rank R: <message>" on stderr), 2 bad usage,
- * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written. */
+ * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written, or before the ranks had
+ * met (nothing trained: the rendezvous gives up waiting, zt_comm_set_stop_flag). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -418,6 +419,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztrain-worker: %s\n", zt_last_error());
         return 1;
     }
+    zt_comm_set_stop_flag(&stop_requested);
     if (follow_launcher() != 0)
         return 1;
 
@@ -491,7 +493,8 @@ int main(int argc, char **argv) {
             zt_comm_create(&comm, transport, &dist, timeout_s) != ZT_OK) {
             fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
             zt_job_spec_free(&job);
-            return 1;
+            /* A peer that gave up because of its own stop fails this rank's wait too. */
+            return zt_stop_is_requested(&stop_requested) ? 130 : 1;
         }
         const char *env_comm = getenv("ZTRAIN_COMM");
         bool named = job.comm != ZT_COMM_AUTO || (env_comm && *env_comm &&

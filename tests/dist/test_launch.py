@@ -29,6 +29,11 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
      ranks cannot remove their offload directories, so `ztrain run` removes each one its ranks
      made and says so per rank, while a directory beside them that another run made (named like
      this job's rank 1's) is left as it was.
+  k. SIGTERM to a ztrain-worker still waiting for the other ranks to meet (started by hand, the
+     others never come; shm and gloo, rank 0 and rank 1; the default 300 s timeout): it stops
+     within 5 s with the stop's exit status 130, naming what it waited for, and rank 0 leaves
+     no shared-memory segment (a launcher's SIGTERM, torchrun's or Kubernetes', must not wait
+     out the rendezvous timeout).
 
 Run: python3 tests/dist/test_launch.py [LETTERS] (e.g. "hj": only those cases)."""
 import json
@@ -588,7 +593,37 @@ def case_j():
         cleanup(job, run)
 
 
-cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j)
+def case_k():
+    d, job = new_case(world_size=2)
+    for comm, port in (("shm", 29541), ("gloo", 29542)):
+        for rank in (0, 1):
+            env = base_env(RANK=rank, WORLD_SIZE=2, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=2,
+                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port, ZTRAIN_COMM=comm)
+            with open(os.path.join(d, "stderr.txt"), "wb") as e:
+                p = subprocess.Popen([WORKER, job, "--out", os.path.join(d, "out")], env=env,
+                                     cwd=d, stdout=subprocess.DEVNULL, stderr=e)
+            time.sleep(1.0)
+            p.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            try:
+                rc = p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                rc = None
+            took = time.monotonic() - t0
+            with open(os.path.join(d, "stderr.txt"), encoding="utf-8", errors="replace") as f:
+                err = f.read().strip()
+            waited_for = "rank(s) 1" if rank == 0 else ("rank 0" if comm == "shm" else
+                                                         "127.0.0.1:29542")
+            ck.check(rc == 130 and "a stop was asked for" in err and waited_for in err,
+                     f"k ({comm}, rank {rank} alone): SIGTERM during the rendezvous stops it with "
+                     f"130 in {took:.1f} s, naming {waited_for} (exit {rc}): {err[-300:]!r}")
+            segments = [n for n in os.listdir("/dev/shm") if f"port{port}" in n]
+            ck.check(not segments, f"k ({comm}, rank {rank}): no segment left ({segments})")
+
+
+cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j, case_k)
 try:
     for case in cases:
         if len(sys.argv) > 1 and case.__name__[-1] not in sys.argv[1]:

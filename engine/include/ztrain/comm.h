@@ -32,6 +32,7 @@
 #ifndef ZTRAIN_COMM_H
 #define ZTRAIN_COMM_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -145,6 +146,12 @@ const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
  * failure; free with zt_comm_destroy. */
 zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_info *d,
                          double timeout_s);
+/* The process's stop request (stop_signals.h's flag; NULL, the default: none). While the ranks
+ * meet in zt_comm_create (waiting for rank 0's shared-memory segment or store, for the others
+ * to attach or join), a set *flag ends the wait at once with ZT_ERR_STOPPED, naming the ranks
+ * waited for: nothing has been trained yet, so a stop must not wait out the timeout. Waits after
+ * the rendezvous (collectives) ignore it: a stop ends a step on every rank together. */
+void zt_comm_set_stop_flag(const volatile sig_atomic_t *flag);
 /* Frees the communicator, failed or not; NULL is fine. */
 void zt_comm_destroy(zt_comm *c);
 
