@@ -609,6 +609,16 @@ static bool segment_usable(const zt_shm_comm *c, const unsigned char *base, size
     return true;
 }
 
+static void segment_name(const char *run_id, char *buf, size_t cap) {
+    snprintf(buf, cap, "/ztrain-%u-%s", (unsigned)getuid(), run_id);
+}
+
+void zt_comm_shm_remove_leftover(const char *run_id) {
+    char name[sizeof ((zt_shm_comm *)0)->name];
+    segment_name(run_id, name, sizeof name);
+    shm_unlink(name);
+}
+
 /* Ranks other than 0: poll for rank 0's segment until it is ready and current, then register. */
 static zt_status attach_segment(zt_shm_comm *c) {
     int64_t deadline = zt_shm_now_ns() + c->timeout_ns;
@@ -699,7 +709,7 @@ static zt_status shm_create(zt_comm **out, const zt_dist_info *d, double timeout
         return zt_error(ZT_ERR_NOMEM, "shm communicator: out of memory");
     zt_comm_init_header(&c->comm, &zt_comm_shm_ops, d, timeout_s);
     c->timeout_ns = (int64_t)(timeout_s * 1e9);
-    snprintf(c->name, sizeof c->name, "/ztrain-%u-%s", (unsigned)getuid(), d->run_id);
+    segment_name(d->run_id, c->name, sizeof c->name);
     c->plan = plan_segment(d->world_size);
     c->claim_fd = -1;
 

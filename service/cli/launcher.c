@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "launcher.h"
 #include "ranks/rank_group.h"
+#include "ztrain/comm.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -336,8 +337,10 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (restore_chld)
         sigaction(SIGCHLD, &old_chld, NULL);
-    /* Every rank has ended: a directory still recorded is one a killed rank could not remove. */
+    /* Every rank has ended: a directory still recorded is one a killed rank could not remove,
+     * and a segment still named one that rank 0 left, killed before the others attached. */
     zt_rank_record_clean(&record, said_removed, said_not_removed, NULL);
+    zt_comm_shm_remove_leftover(run_id);
     zt_rank_record_free(&record);
 
     char why[512];

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "supervisor_internal.h"
+#include "ztrain/comm.h"
 
 #define POLL_MS 200
 #define LINE_BYTES 16384            /* longer lines are split */
@@ -109,6 +110,7 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
     /* Unique on the host even with several daemons: the shm backend names its segment after it. */
     char run_id[160];
     snprintf(run_id, sizeof run_id, "ztraind%ld-%s", (long)getpid(), spec->run_id);
+    snprintf(g->run_id, sizeof g->run_id, "%s", run_id);
     ZT_ASSERT(spec->threads_per_rank > 0);
     /* The shm backend meets through ZTRAIN_RUN_ID, the gloo one (a job's "comm": "gloo") at the
      * port, where its rank 0 listens: a free one, so that concurrent jobs never share it. */
@@ -382,7 +384,11 @@ static void finish_groups(zt_supervisor *s) {
         if (g->kill_sent && g->term_at && g->kill_at >= g->term_at)
             end.grace_s = g->kill_at - g->term_at;
         pthread_mutex_unlock(&s->mu);
-        /* Every rank is reaped: a directory still recorded is one a killed rank left. */
+        /* Every rank is reaped: a directory still recorded is one a killed rank left, and a
+         * segment still named one that rank 0 left, killed before the others attached; a
+         * restart of the job would find it. */
+        if (!g->slurm)
+            zt_comm_shm_remove_leftover(g->run_id);
         dirs_note dirs = {.text = ""};
         zt_rank_record_clean(&g->record, dir_removed, dir_not_removed, &dirs);
         end.offload_dirs = dirs.text;

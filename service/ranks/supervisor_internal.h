@@ -69,6 +69,8 @@ struct zt_rank_group {
     bool exit_teardown;
     int stuck_rank;
     bool stuck_stopped;
+    /* Local groups: ZTRAIN_RUN_ID, which names their shm segment. */
+    char run_id[160];
     /* Local groups: where the ranks record their NVMe offload directories (rank_group.h). */
     zt_rank_record record;
     zt_rank_group *next;

@@ -34,6 +34,10 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
      within 5 s with the stop's exit status 130, naming what it waited for, and rank 0 leaves
      no shared-memory segment (a launcher's SIGTERM, torchrun's or Kubernetes', must not wait
      out the rendezvous timeout).
+  l. Rank 0 SIGKILLed while rank 1 is slow to start (a ztrain-worker wrapper delays it), before
+     rank 1 attached to its shared-memory segment: `ztrain run` fails naming rank 0, and the
+     segment's name, which only rank 0 removes, is removed by `ztrain run` once both ranks ended
+     (docs/parallelism.md: nothing is left in /dev/shm however the job ends).
 
 Run: python3 tests/dist/test_launch.py [LETTERS] (e.g. "hj": only those cases)."""
 import json
@@ -623,7 +627,44 @@ def case_k():
             ck.check(not segments, f"k ({comm}, rank {rank}): no segment left ({segments})")
 
 
-cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j, case_k)
+def case_l():
+    d, job = new_case()
+    bindir = os.path.join(d, "bin")
+    os.makedirs(bindir)
+    program = os.path.join(bindir, "ztrain")
+    shutil.copy(ZTRAIN, program)
+    with open(os.path.join(bindir, "ztrain-worker"), "w") as f:
+        f.write(f'#!/bin/sh\n[ "$RANK" = 1 ] && sleep 60\nexec {WORKER} "$@"\n')
+    os.chmod(os.path.join(bindir, "ztrain-worker"), 0o755)
+    run = Run(job, program=program)
+    try:
+        ranks = rank_pids(run)
+        mine = f"-{run.p.pid}-"
+        segments = []
+        deadline = time.monotonic() + 15
+        while not segments and time.monotonic() < deadline:
+            segments = [n for n in os.listdir("/dev/shm") if mine in n]
+            time.sleep(0.05)
+        ck.check(len(ranks) == 2 and segments, f"l: rank 0 made its segment ({segments}) while "
+                                               f"rank 1 waits to start ({ranks})")
+        if len(ranks) != 2:
+            return
+        os.kill(ranks[0], signal.SIGKILL)
+        rc = run.wait(20)
+        err = run.stderr()
+        ck.check(rc == 1 and "rank 0" in err and "signal 9" in err,
+                 f"l: the run fails naming rank 0 and SIGKILL (exit {rc}): {err.strip()[-200:]}")
+        left = [n for n in os.listdir("/dev/shm") if mine in n]
+        ck.check(not left, f"l: no shared-memory segment of the run is left ({left})")
+    finally:
+        for n in os.listdir("/dev/shm"):
+            if f"-{run.p.pid}-" in n:
+                os.unlink(os.path.join("/dev/shm", n))
+        cleanup(job, run)
+
+
+cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j, case_k,
+         case_l)
 try:
     for case in cases:
         if len(sys.argv) > 1 and case.__name__[-1] not in sys.argv[1]:

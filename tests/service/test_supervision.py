@@ -5,6 +5,9 @@
 - a rank stopped with SIGSTOP (a hang) fails its job once its peer's collective times out
   (ZTRAIN_COMM_TIMEOUT_S), and the reason and the attempt blame the stopped rank, not the peer
   that gave up waiting for it, as `ztrain run` does (docs/parallelism.md);
+- rank 0 killed with SIGKILL while rank 1 is slow to start (a wrapper delays it), before rank 1
+  attached to the job's shared-memory segment: the segment, which only rank 0 removes, is
+  removed by ztraind once both ranks ended;
 - ztraind killed with SIGKILL takes its ranks along (they ask for SIGTERM when it dies), and the
   restarted daemon has every job, its metric history and its log tail; the job that was running
   is FAILED with the reason, its ranks' ends unknown (not "exited with status 0"), and a queued
@@ -91,6 +94,34 @@ def stopped_rank():
         c.check(not wait_gone(pids, 5), "no rank process left (the stopped one included)")
         c.check(not shm_segments(d, j.id), f"no shm segment of the job left: "
                 f"{shm_segments(d, j.id)}")
+
+
+def segment_of_killed_rank0():
+    tmp = temp_dir("ztrain-sup-shm-")
+    wrapper = os.path.join(tmp, "slow-rank1-worker")
+    with open(wrapper, "w") as f:
+        f.write(f'#!/bin/sh\n[ "$RANK" = 1 ] && sleep 60\n'
+                f'exec {os.path.join(BUILD, "ztrain-worker")} "$@"\n')
+    os.chmod(wrapper, 0o755)
+    d = Daemon(BUILD, tmp, max_ranks=2, extra_args=["--worker", wrapper])
+    with d:
+        j = submit(d, tiny_job(d.data_root, name="slow-start", world_size=2, max_steps=100000))
+        deadline = time.monotonic() + 15
+        while not shm_segments(d, j.id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        j = get_job(d, j.id)
+        c.check(shm_segments(d, j.id) and len(j.ranks) == 2 and j.ranks[0].pid > 0,
+                f"rank 0 made the segment while rank 1 waits ({shm_segments(d, j.id)})")
+        if not shm_segments(d, j.id):
+            return
+        os.kill(j.ranks[0].pid, signal.SIGKILL)
+        j = wait_state(d, j.id, {"FAILED", "SUCCEEDED", "CANCELLED"}, timeout=30, poll=0.05)
+        c.check(state_name(j.state) == "FAILED" and "rank 0" in j.reason,
+                f"the job FAILED naming rank 0: {j.reason!r}")
+        left = shm_segments(d, j.id)
+        c.check(not left, f"no shm segment of the job left: {left}")
+        for n in left:
+            os.unlink(os.path.join("/dev/shm", n))
 
 
 def daemon_killed_and_restarted():
@@ -188,6 +219,7 @@ def http_port_in_use():
 
 killed_rank()
 stopped_rank()
+segment_of_killed_rank0()
 daemon_killed_and_restarted()
 daemon_sigterm()
 http_port_in_use()

@@ -152,6 +152,11 @@ zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_inf
  * waited for: nothing has been trained yet, so a stop must not wait out the timeout. Waits after
  * the rendezvous (collectives) ignore it: a stop ends a step on every rank together. */
 void zt_comm_set_stop_flag(const volatile sig_atomic_t *flag);
+/* Removes the name of the "shm" segment of the job with run_id from /dev/shm, if it is there:
+ * rank 0 removes it once every rank has attached, so it stays only when rank 0 was killed
+ * (SIGKILL, the OOM killer) before that. For the keeper of a job's ranks (ztrain run, ztraind),
+ * once every rank has ended and before it starts ranks with that run id again. */
+void zt_comm_shm_remove_leftover(const char *run_id);
 /* Frees the communicator, failed or not; NULL is fine. */
 void zt_comm_destroy(zt_comm *c);
 
