@@ -342,16 +342,15 @@ static void stop_failure(const job *j, const zt_group_end *end, char *buf, size_
         snprintf(buf, size, "the ranks did not stop cleanly");
 }
 
-/* The rank that failed first may only have given up waiting for a peer that stopped answering
+/* The rank that failed first may only have given up waiting for a peer that was stopped
  * (zt_group_end.stuck_rank): that peer becomes the failed rank, and the reason blames it, as
  * `ztrain run` does. */
 static void blame_stuck_rank(job *j, const zt_group_end *end) {
     if (end->stuck_rank < 0 || end->stuck_rank >= j->info.world_size)
         return;
     char line[1600];
-    zt_rank_describe_stuck(line, sizeof line, end->stuck_rank, end->stuck_pid,
-                           end->stuck_stopped, RANK_FAIL_GRACE_S,
-                           j->fail_reason ? j->fail_reason : "");
+    zt_rank_describe_stuck(line, sizeof line, end->stuck_rank, end->stuck_pid, true,
+                           RANK_FAIL_GRACE_S, j->fail_reason ? j->fail_reason : "");
     zt_jm_set_str(&j->fail_reason, line);
     j->failed_rank = end->stuck_rank;
 }

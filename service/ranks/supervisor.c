@@ -277,12 +277,9 @@ void zt_sup_read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
 /* A rank exited with an error and takes the group down: a peer it waited for may be stopped.
  * Called before the group is continued (SIGCONT), which would hide the stop. */
 static void find_stopped(zt_rank_group *g) {
-    g->exit_teardown = true;
     for (int r = 0; r < g->n_procs && g->stuck_rank < 0; r++)
-        if (g->procs[r].pidfd >= 0 && zt_rank_is_stopped(g->procs[r].pid)) {
+        if (g->procs[r].pidfd >= 0 && zt_rank_is_stopped(g->procs[r].pid))
             g->stuck_rank = r;
-            g->stuck_stopped = true;
-        }
 }
 
 static void reap_rank(zt_supervisor *s, zt_rank_group *g, int r) {
@@ -303,8 +300,6 @@ static void reap_rank(zt_supervisor *s, zt_rank_group *g, int r) {
     if (g->live == 0)
         g->reaped_at = zt_sup_now_s();
     bool teardown = zt_sup_rank_failed(code, sig) && !g->tearing_down && g->live > 0;
-    if (g->exit_teardown && g->grace_ran_out && sig == SIGKILL && g->stuck_rank < 0)
-        g->stuck_rank = r;
     pthread_mutex_unlock(&s->mu);
     s->cb.rank_exited(g->ctx, r, g->procs[r].pid, NULL, code, sig);
     if (teardown && sig == 0)
@@ -361,7 +356,6 @@ static void finish_groups(zt_supervisor *s) {
             if (g->live > 0 && g->kill_at && now >= g->kill_at && !g->kill_sent) {
                 zt_sup_signal_group(g, SIGKILL);
                 g->kill_sent = true;
-                g->grace_ran_out = true;
             }
             pthread_mutex_unlock(&s->mu);
         }
@@ -377,8 +371,7 @@ static void finish_groups(zt_supervisor *s) {
         *link = g->next;
         /* A cancel may still come in (and move kill_at) until group_ended has returned. */
         pthread_mutex_lock(&s->mu);
-        zt_group_end end = {.killed = g->kill_sent, .stuck_rank = g->stuck_rank,
-                            .stuck_stopped = g->stuck_stopped};
+        zt_group_end end = {.killed = g->kill_sent, .stuck_rank = g->stuck_rank};
         if (g->stuck_rank >= 0)
             end.stuck_pid = g->procs[g->stuck_rank].pid;
         if (g->kill_sent && g->term_at && g->kill_at >= g->term_at)

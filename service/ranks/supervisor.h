@@ -46,13 +46,12 @@ typedef struct {
      * (cannot remove: <why>)" for one it could not; "" when there was none. */
     const char *offload_dirs;
     /* Local groups whose first failure was a rank's exit with an error: that rank may only have
-     * given up waiting for a peer that stopped answering. stuck_rank is that peer (-1: none),
-     * found stopped (SIGSTOP, a debugger: stuck_stopped) before the group was continued, or
-     * else the first rank that outlived fail_grace_s after SIGTERM and was killed; stuck_pid is
-     * its pid (rank_group.h: zt_rank_describe_stuck words it). */
+     * given up waiting for a peer that stopped answering. stuck_rank is a peer found stopped
+     * (SIGSTOP, a debugger) before the group was continued (-1: none), stuck_pid its pid
+     * (rank_group.h: zt_rank_describe_stuck words it). A rank merely slow to end after SIGTERM
+     * is not blamed: it may be finishing a long step. */
     int stuck_rank;
     pid_t stuck_pid;
-    bool stuck_stopped;
 } zt_group_end;
 
 /* All run on the supervisor thread, with no supervisor lock held. */

@@ -62,13 +62,9 @@ struct zt_rank_group {
     double term_at;         /* CLOCK_MONOTONIC seconds of the first graceful stop; 0: none */
     double kill_at;         /* CLOCK_MONOTONIC seconds; 0: no SIGKILL scheduled */
     bool kill_sent;
-    bool grace_ran_out;     /* the SIGKILL was sent because kill_at had passed */
-    /* Local groups, supervisor thread only: a rank that exited with an error took the group
-     * down (exit_teardown), and the rank found stopped then, or the first that had to be killed
-     * after the grace period (zt_group_end.stuck_rank; -1: none). */
-    bool exit_teardown;
+    /* Local groups, supervisor thread only: the rank found stopped when a rank that exited
+     * with an error took the group down (zt_group_end.stuck_rank; -1: none). */
     int stuck_rank;
-    bool stuck_stopped;
     /* Local groups: ZTRAIN_RUN_ID, which names their shm segment. */
     char run_id[160];
     /* Local groups: where the ranks record their NVMe offload directories (rank_group.h). */
