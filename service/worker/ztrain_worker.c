@@ -151,7 +151,7 @@ static int comm_timeout(double *out) {
     char *end;
     errno = 0;
     double t = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(t) || t <= 0)
+    if (errno || end == v || *end || !isfinite(t) || t <= 0 || t > ZT_COMM_MAX_TIMEOUT_S)
         return -1;
     *out = t;
     return 0;
@@ -431,8 +431,9 @@ int main(int argc, char **argv) {
     int rank = dist.rank;
     double timeout_s;
     if (comm_timeout(&timeout_s) != 0) {
-        fprintf(stderr, "ztrain-worker: rank %d: ZTRAIN_COMM_TIMEOUT_S='%s' is not a positive "
-                        "number of seconds\n", rank, getenv("ZTRAIN_COMM_TIMEOUT_S"));
+        fprintf(stderr, "ztrain-worker: rank %d: ZTRAIN_COMM_TIMEOUT_S='%s' is not a number of "
+                        "seconds in (0, %g]\n", rank, getenv("ZTRAIN_COMM_TIMEOUT_S"),
+                ZT_COMM_MAX_TIMEOUT_S);
         return 1;
     }
     report_placement(&dist);

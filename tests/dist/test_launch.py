@@ -388,6 +388,13 @@ def case_d():
                                          ZTRAIN_COMM_TIMEOUT_S="soon"), timeout=20)
     ck.check(rc == 1 and "ZTRAIN_COMM_TIMEOUT_S" in err and "rank 0" in err,
              f"d: a malformed ZTRAIN_COMM_TIMEOUT_S fails naming it: {err.strip()}")
+    # Past the longest the waits can count (1e9 s, in nanoseconds within int64): named as the
+    # variable's fault and with the bound, not "timeout 1e+10 s is not positive".
+    rc, out, err = worker(job2, base_env(RANK=0, WORLD_SIZE=2, MASTER_PORT=29534,
+                                         ZTRAIN_COMM_TIMEOUT_S="1e10"), timeout=20)
+    ck.check(rc == 1 and "ZTRAIN_COMM_TIMEOUT_S='1e10'" in err and "(0, 1e+09]" in err
+             and "not positive" not in err,
+             f"d: a ZTRAIN_COMM_TIMEOUT_S above 1e9 s fails naming it and the bound: {err.strip()}")
 
     # Two ranks started the way srun starts them: Slurm's variables only, a job id for the run,
     # and (no launcher dividing the cores here) one thread each.

@@ -120,9 +120,14 @@ zt_status zt_comm_choose_on(const zt_dist_info *d, zt_comm_choice job, bool cuda
  * GPU of its own), and "nccl" when named. Static storage. */
 const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
 
+/* The longest timeout zt_comm_create takes, in seconds (about 31 years): the waits count in
+ * nanoseconds, which a longer one would overflow. */
+#define ZT_COMM_MAX_TIMEOUT_S 1e9
+
 /* Connects this rank to the job's others through the named transport ("shm"), waiting up to
  * timeout_s seconds for them; every later wait is bounded by the same timeout. A world size
- * outside [1, ZT_MAX_WORLD], a rank outside the world, a non-positive timeout, or a transport
+ * outside [1, ZT_MAX_WORLD], a rank outside the world, a timeout outside (0,
+ * ZT_COMM_MAX_TIMEOUT_S], or a transport
  * that is unknown or not in this build (the message names it and the transports this build has)
  * is ZT_ERR_INVALID. "shm": rank 0 creates the segment, the others attach, and the segment's name
  * is removed once all have, so nothing is left in /dev/shm however the job ends; run_id must be
