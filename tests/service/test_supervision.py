@@ -8,6 +8,8 @@
 - rank 0 killed with SIGKILL while rank 1 is slow to start (a wrapper delays it), before rank 1
   attached to the job's shared-memory segment: the segment, which only rank 0 removes, is
   removed by ztraind once both ranks ended;
+- jobs whose ranks' pipes do not fit ztraind's open-file limit (64 here) wait in QUEUED, saying
+  so, and start once running jobs end, instead of failing with "pipe: Too many open files";
 - ztraind killed with SIGKILL takes its ranks along (they ask for SIGTERM when it dies), and the
   restarted daemon has every job, its metric history and its log tail; the job that was running
   is FAILED with the reason, its ranks' ends unknown (not "exited with status 0"), and a queued
@@ -124,6 +126,35 @@ def segment_of_killed_rank0():
             os.unlink(os.path.join("/dev/shm", n))
 
 
+def descriptors_run_out():
+    d = Daemon(BUILD, temp_dir("ztrain-sup-fds-"), max_ranks=40, open_files=64)
+    with d:
+        jobs = [submit(d, tiny_job(d.data_root, name=f"fds-{i}", world_size=2, max_steps=100000))
+                for i in range(10)]
+        time.sleep(3)
+        now = [get_job(d, j.id) for j in jobs]
+        states = [state_name(j.state) for j in now]
+        c.check("FAILED" not in states and "RUNNING" in states and "QUEUED" in states,
+                f"under a limit of 64 descriptors some jobs run and the rest wait, none fails: "
+                f"{[(s, j.reason[:60]) for s, j in zip(states, now)]}")
+        waiting = [j for j in now if state_name(j.state) == "QUEUED"]
+        c.check(waiting and "waiting for file descriptors" in waiting[0].reason,
+                f"the first waiting job says what for: "
+                f"{waiting[0].reason if waiting else None!r}")
+        running = [j for j in now if state_name(j.state) == "RUNNING"]
+        for j in running:
+            d.stub().CancelJob(pb.CancelJobRequest(id=j.id, force=True), metadata=d.metadata,
+                               timeout=10)
+        if waiting:
+            w = wait_step(d, waiting[0].id, 1, timeout=30)
+            c.check(state_name(w.state) == "RUNNING",
+                    f"a waiting job starts once the running ones end ({state_name(w.state)} "
+                    f"{w.reason!r})")
+        for j in jobs:
+            d.stub().CancelJob(pb.CancelJobRequest(id=j.id, force=True), metadata=d.metadata,
+                               timeout=10)
+
+
 def daemon_killed_and_restarted():
     d = Daemon(BUILD, temp_dir("ztrain-sup-restart-"), max_ranks=1)
     done = submit(d, tiny_job(d.data_root, name="finished", max_steps=15))
@@ -220,6 +251,7 @@ def http_port_in_use():
 killed_rank()
 stopped_rank()
 segment_of_killed_rank0()
+descriptors_run_out()
 daemon_killed_and_restarted()
 daemon_sigterm()
 http_port_in_use()
