@@ -187,7 +187,9 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
         } else if (j->info.world_size <= free_ranks && gpus_needed(jm, j) <= free_gpus) {
             if (free_fds < 0)
                 free_fds = fds_free(&fd_limit);
-            if (fds_needed(jm, j) > free_fds) {
+            /* With nothing running, waiting frees nothing: the start is tried, and a failure
+             * says what ran out. */
+            if (fds_needed(jm, j) > free_fds && jm->ranks_in_use > 0) {
                 snprintf(why, sizeof why, "waiting for file descriptors: its ranks' output needs "
                          "%d, and %ld of ztraind's open-file limit %ld are free (%d kept in "
                          "reserve)", fds_needed(jm, j), free_fds > 0 ? free_fds : 0, fd_limit,
