@@ -272,8 +272,9 @@ with tempfile.TemporaryDirectory() as d:
         fails(what, p, ["offload_optimizer.nvme_path", mnt, "rank 0", "rank 1"] + fragments)
         ck.check("left: []" in p.stdout, f"{what}: nothing left on the filesystem")
         if "no room" in fragments:
-            # Each file is a few tiles of KiB here: its size in a unit that shows it.
-            need = re.search(r"needs ([0-9.]+ [KMGT]?i?B)\)", p.stderr)
+            # Each file is a few KiB here: its size in a binary unit that shows it (a decimal
+            # "0.0 MB" did not, for a file below 50 kB).
+            need = re.search(r"needs ([0-9.]+ (B|KiB|MiB|GiB|TiB))\)", p.stderr)
             ck.check(need and not need.group(1).startswith("0.0"),
                      f"{what}: the file's size is given readably "
                      f"({need.group(1) if need else p.stderr.strip()[-200:]!r})")
