@@ -18,6 +18,7 @@ const char *zt_status_name(zt_status s) {
     case ZT_ERR_UNSUPPORTED: return "unsupported";
     case ZT_ERR_TIMEOUT: return "timeout";
     case ZT_ERR_NUMERIC: return "numeric";
+    case ZT_ERR_STOPPED: return "stopped";
     }
     return "unknown";
 }

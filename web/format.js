@@ -62,6 +62,7 @@ const SIGNALS = {1: 'SIGHUP', 2: 'SIGINT', 6: 'SIGABRT', 9: 'SIGKILL', 11: 'SIGS
 export function fmtRankState(r) {
   if (r.running) return 'running';
   if (!r.pid) return 'not started';
+  if (r.exit_unknown) return 'end unknown (ztraind was restarted while it ran)';
   if (r.signal) return `killed by signal ${r.signal}` + (SIGNALS[r.signal] ? ` (${SIGNALS[r.signal]})` : '');
   return `exited ${r.exit_code}`;
 }

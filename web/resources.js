@@ -78,7 +78,7 @@ const FIGURES = ['stepTimeMs', 'dataMs', 'fwdMs', 'bwdMs', 'stepMs', 'commMs', '
 
 function rankFromApi(r) {
   const out = {rank: int(r.rank), pid: int(r.pid), running: !!r.running,
-    exit_code: int(r.exitCode), signal: int(r.signal)};
+    exit_code: int(r.exitCode), signal: int(r.signal), exit_unknown: !!r.exitUnknown};
   /* A figure not reported yet is NaN ("NaN"); the views show it as unknown. */
   for (const k of FIGURES) out[snake(k)] = num(r[k]);
   return out;

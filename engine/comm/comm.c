@@ -92,6 +92,16 @@ static void list_transports(bool lacking, char *out, size_t cap) {
     }
 }
 
+static const volatile sig_atomic_t *stop_flag;
+
+void zt_comm_set_stop_flag(const volatile sig_atomic_t *flag) {
+    stop_flag = flag;
+}
+
+bool zt_comm_stop_requested(void) {
+    return stop_flag && *stop_flag;
+}
+
 zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_info *d,
                          double timeout_s) {
     *out = NULL;
@@ -119,9 +129,9 @@ zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_inf
     if (d->rank < 0 || d->rank >= d->world_size)
         return zt_error(ZT_ERR_INVALID, "%s communicator: rank %d is not below world size %d",
                         ops->name, d->rank, d->world_size);
-    if (!(timeout_s > 0 && timeout_s <= 1e9))
-        return zt_error(ZT_ERR_INVALID, "%s communicator: timeout %g s is not positive",
-                        ops->name, timeout_s);
+    if (!(timeout_s > 0 && timeout_s <= ZT_COMM_MAX_TIMEOUT_S))
+        return zt_error(ZT_ERR_INVALID, "%s communicator: timeout %g s is not in (0, %g] s",
+                        ops->name, timeout_s, ZT_COMM_MAX_TIMEOUT_S);
     return ops->create(out, d, timeout_s);
 }
 

@@ -254,8 +254,13 @@ zt_status join(zt_gloo_comm *c, const zt_dist_info *d, double timeout_s) {
         if (!failure.empty())
             return zt_comm_fail(&c->comm, ZT_ERR_IO, "gloo rendezvous stopped: %s",
                                 failure.c_str());
-        // Every rank times out on its own deadline, so a timeout is not published as a failure
-        // for the others to report.
+        // Every rank times out (or stops) on its own, so neither is published as a failure for
+        // the others to report.
+        if (zt_comm_stop_requested())
+            return zt_error(ZT_ERR_STOPPED,
+                            "gloo rendezvous at %s: a stop was asked for while waiting for "
+                            "rank(s) %s of %d to join",
+                            c->store_addr.c_str(), missing_ranks(c).c_str(), world);
         if (Clock::now() >= deadline)
             return zt_error(ZT_ERR_TIMEOUT,
                             "gloo rendezvous timed out after %g s at %s: rank(s) %s of %d never "
@@ -406,8 +411,9 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
         s = connect_mesh(c, d, addr, timeout_s);
     if (s != ZT_OK) {
         // Rank 0's store outlives its failure a moment, so that ranks whose deadlines come a
-        // little later read their own timeout or this rank's reason, not a vanished store.
-        if (c->server)
+        // little later read their own timeout or this rank's reason, not a vanished store. A
+        // stop needs no such moment: the others are being stopped too.
+        if (c->server && s != ZT_ERR_STOPPED)
             std::this_thread::sleep_for(
                 std::chrono::duration<double>(std::min(ABORT_STORE_TIMEOUT_S, timeout_s)));
         // The message is zt_last_error()'s; releasing touches no error state.

@@ -225,6 +225,14 @@ static zt_status barrier(zt_shm_comm *c, const char *what, bool rendezvous) {
             }
             next_check = now + ZT_SHM_WAIT_SLICE_NS;
         }
+        if (rendezvous && zt_comm_stop_requested()) {
+            char who[160];
+            missing_ranks(c, g, who, sizeof who);
+            return zt_comm_fail(&c->comm, ZT_ERR_STOPPED,
+                                "rendezvous: a stop was asked for while waiting for rank(s) %s "
+                                "to attach to %s",
+                                who, c->name);
+        }
         if (now >= deadline) {
             if (atomic_load_explicit(&h->gen, memory_order_acquire) != g)
                 return ZT_OK;
@@ -601,6 +609,16 @@ static bool segment_usable(const zt_shm_comm *c, const unsigned char *base, size
     return true;
 }
 
+static void segment_name(const char *run_id, char *buf, size_t cap) {
+    snprintf(buf, cap, "/ztrain-%u-%s", (unsigned)getuid(), run_id);
+}
+
+void zt_comm_shm_remove_leftover(const char *run_id) {
+    char name[sizeof ((zt_shm_comm *)0)->name];
+    segment_name(run_id, name, sizeof name);
+    shm_unlink(name);
+}
+
 /* Ranks other than 0: poll for rank 0's segment until it is ready and current, then register. */
 static zt_status attach_segment(zt_shm_comm *c) {
     int64_t deadline = zt_shm_now_ns() + c->timeout_ns;
@@ -650,6 +668,11 @@ static zt_status attach_segment(zt_shm_comm *c) {
             }
         }
         int64_t left = deadline - zt_shm_now_ns();
+        if (zt_comm_stop_requested())
+            return zt_error(ZT_ERR_STOPPED,
+                            "rendezvous: a stop was asked for while rank %d waited for rank 0's "
+                            "segment (%s)",
+                            c->comm.rank, why);
         if (left <= 0)
             return zt_error(ZT_ERR_TIMEOUT,
                             "rendezvous timed out after %g s: rank %d found no usable segment "
@@ -686,7 +709,7 @@ static zt_status shm_create(zt_comm **out, const zt_dist_info *d, double timeout
         return zt_error(ZT_ERR_NOMEM, "shm communicator: out of memory");
     zt_comm_init_header(&c->comm, &zt_comm_shm_ops, d, timeout_s);
     c->timeout_ns = (int64_t)(timeout_s * 1e9);
-    snprintf(c->name, sizeof c->name, "/ztrain-%u-%s", (unsigned)getuid(), d->run_id);
+    segment_name(d->run_id, c->name, sizeof c->name);
     c->plan = plan_segment(d->world_size);
     c->claim_fd = -1;
 

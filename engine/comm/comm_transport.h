@@ -85,6 +85,9 @@ struct zt_comm {
     void (*detach)(zt_comm *c);
 };
 
+/* Whether the stop flag of zt_comm_set_stop_flag is set: the rendezvous waits give up. */
+bool zt_comm_stop_requested(void);
+
 extern const zt_comm_ops zt_comm_shm_ops;
 #ifdef ZT_HAVE_GLOO
 extern const zt_comm_ops zt_comm_gloo_ops;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tcp_store.h"
+#include "comm_transport.h"
 
 /* How long a waiting get sleeps between asks: from the first to the last, doubling. */
 #define POLL_FIRST_S 0.002
@@ -132,6 +133,10 @@ zt_status zt_tcp_store_resolve(const char *what, const char *host, int port, int
         if (rc == 0)
             return ZT_OK;
         double left = deadline - now_s();
+        if (zt_comm_stop_requested())
+            return zt_error(ZT_ERR_STOPPED, "%s '%s': a stop was asked for while it did not "
+                            "resolve: %s", what, host,
+                            rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
         if (left <= 0)
             return zt_error(ZT_ERR_TIMEOUT, "%s '%s' did not resolve within %g s: %s", what, host,
                             timeout_s, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
@@ -171,11 +176,17 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
         if (c->fd >= 0)
             break;
         double left = deadline - now_s();
-        if (left <= 0) {
-            zt_status s = zt_error(ZT_ERR_TIMEOUT,
-                                   "rendezvous store: no server at %s (MASTER_ADDR:MASTER_PORT) "
-                                   "within %g s: %s; is rank 0 running there?",
-                                   c->where, timeout_s, strerror(err));
+        bool stop = zt_comm_stop_requested();
+        if (stop || left <= 0) {
+            zt_status s =
+                stop ? zt_error(ZT_ERR_STOPPED,
+                                "rendezvous store: a stop was asked for while no server answered "
+                                "at %s (MASTER_ADDR:MASTER_PORT): %s; is rank 0 running there?",
+                                c->where, strerror(err))
+                     : zt_error(ZT_ERR_TIMEOUT,
+                                "rendezvous store: no server at %s (MASTER_ADDR:MASTER_PORT) "
+                                "within %g s: %s; is rank 0 running there?",
+                                c->where, timeout_s, strerror(err));
             freeaddrinfo(res);
             free(c);
             return s;

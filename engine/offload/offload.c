@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "aio.h"
+#include "ztrain/admission.h"
 #include "ztrain/fault_inject.h"
 #include "ztrain/offload.h"
 
@@ -282,13 +283,15 @@ static zt_status open_file(zt_offload *f, stream *s) {
             return zt_error(ZT_ERR_IO, "%s: cannot reopen: %s", s->path, strerror(errno));
         e = posix_fallocate(s->fd, 0, (off_t)bytes);
     }
+    /* In binary units: a small file is "48.0 KiB", not "0.0 MB". */
+    char size[32];
+    zt_format_bytes(bytes, size, sizeof size);
     if (e == ENOSPC || e == EDQUOT || e == EFBIG)
-        return zt_error(ZT_ERR_IO, "%s '%s': no room for rank %d's offloaded %s (%s needs %.1f "
-                        "MB): %s", d->key, d->root, f->rank, d->what, s->path, bytes / 1e6,
-                        strerror(e));
+        return zt_error(ZT_ERR_IO, "%s '%s': no room for rank %d's offloaded %s (%s needs %s): "
+                        "%s", d->key, d->root, f->rank, d->what, s->path, size, strerror(e));
     if (e != 0)
-        return zt_error(ZT_ERR_IO, "%s '%s': cannot allocate %.1f MB for %s: %s", d->key, d->root,
-                        bytes / 1e6, s->path, strerror(e));
+        return zt_error(ZT_ERR_IO, "%s '%s': cannot allocate %s for %s: %s", d->key, d->root,
+                        size, s->path, strerror(e));
     if (s->direct && bytes > 0) {
         memset(f->sync, 0, BLOCK);
         if (pwrite(s->fd, f->sync, BLOCK, 0) != (ssize_t)BLOCK) {

@@ -665,6 +665,7 @@ static zt_status ranks_from_info(const zt_job_info *info, Ztrain__V1__Job *j) {
         r->running = info->ranks[i].running;
         r->exit_code = info->ranks[i].exit_code;
         r->signal = info->ranks[i].signal;
+        r->exit_unknown = info->ranks[i].exit_unknown;
         rank_figures_to_proto(&info->ranks[i].figures, r);
     }
     return ZT_OK;

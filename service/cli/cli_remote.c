@@ -343,6 +343,9 @@ static void format_rank(const Ztrain__V1__RankStatus *r, char *buf, size_t n) {
         snprintf(buf, n, "rank %d: not started", r->rank);
     else if (r->running)
         snprintf(buf, n, "rank %d: pid %d, running", r->rank, r->pid);
+    else if (r->exit_unknown)
+        snprintf(buf, n, "rank %d: pid %d, end unknown (ztraind was restarted while it ran)",
+                 r->rank, r->pid);
     else if (r->signal)
         snprintf(buf, n, "rank %d: pid %d, killed by signal %d (%s)", r->rank, r->pid, r->signal,
                  strsignal(r->signal));

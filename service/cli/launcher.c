@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "launcher.h"
 #include "ranks/rank_group.h"
+#include "ztrain/comm.h"
 #include "ztrain/stop_signals.h"
 
 #include <arpa/inet.h>
@@ -86,22 +87,6 @@ static zt_rank_sent sent_to_group(const launch *l) {
                                                            : ZT_RANK_SENT_NONE;
 }
 
-/* Whether pid is stopped (state T, or t: stopped by a tracer), from /proc/PID/stat's third
- * field. */
-static bool is_stopped(pid_t pid) {
-    char path[64], stat[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    size_t n = fread(stat, 1, sizeof stat - 1, f);
-    fclose(f);
-    stat[n] = '\0';
-    /* The name in parentheses may hold anything: the state follows the last ')'. */
-    const char *close = strrchr(stat, ')');
-    return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
-}
-
 /* The first failure was a rank's own exit: it may only have given up waiting for a peer that
  * stopped answering. Called before the group is continued (SIGCONT), which would hide a stop. */
 static void find_stopped(launch *l) {
@@ -109,7 +94,7 @@ static void find_stopped(launch *l) {
     if (first->term_signal)
         return;
     for (int r = 0; r < l->n && l->stopped_rank < 0; r++)
-        if (l->pids[r] > 0 && !l->reaped[r] && is_stopped(l->pids[r]))
+        if (l->pids[r] > 0 && !l->reaped[r] && zt_rank_is_stopped(l->pids[r]))
             l->stopped_rank = r;
 }
 
@@ -360,8 +345,10 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (restore_chld)
         sigaction(SIGCHLD, &old_chld, NULL);
-    /* Every rank has ended: a directory still recorded is one a killed rank could not remove. */
+    /* Every rank has ended: a directory still recorded is one a killed rank could not remove,
+     * and a segment still named one that rank 0 left, killed before the others attached. */
     zt_rank_record_clean(&record, said_removed, said_not_removed, NULL);
+    zt_comm_shm_remove_leftover(run_id);
     zt_rank_record_free(&record);
 
     char why[512];
@@ -374,14 +361,10 @@ zt_status zt_launch_ranks(const zt_launch_options *opts, zt_launch_result *res) 
         if (stuck >= 0 && !l.exits[l.first_failed].term_signal) {
             /* The peers' own messages name it too (waiting for rank 1, lost rank 1). */
             double grace = opts->grace_s > 0 ? opts->grace_s : 5.0;
-            char how[128];
-            if (stuck == l.stopped_rank)
-                snprintf(how, sizeof how, "was stopped (SIGSTOP or a debugger)");
-            else
-                snprintf(how, sizeof how, "did not end within %g s of SIGTERM and was killed",
-                         grace);
-            s = zt_error(ZT_ERR_IO, "rank %d (pid %ld) stopped answering: it %s when %s", stuck,
-                         (long)l.exits[stuck].pid, how, why);
+            char line[1024];
+            zt_rank_describe_stuck(line, sizeof line, stuck, l.exits[stuck].pid,
+                                   stuck == l.stopped_rank, grace, why);
+            s = zt_error(ZT_ERR_IO, "%s", line);
             res->failed_rank = stuck;
         } else {
             s = zt_error(ZT_ERR_IO, "%s", why);

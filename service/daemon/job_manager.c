@@ -849,8 +849,11 @@ static void fail_orphans(zt_jobs *jm) {
         zt_job_state s = j->info.state;
         if (s != ZT_JOB_STARTING && s != ZT_JOB_RUNNING && s != ZT_JOB_STOPPING)
             continue;
-        for (int r = 0; r < j->info.world_size; r++)
-            j->info.ranks[r].running = false;
+        for (int r = 0; r < j->info.world_size; r++) {
+            zt_rank_info *ri = &j->info.ranks[r];
+            ri->exit_unknown = ri->running;
+            ri->running = false;
+        }
         if (jm->cfg.slurm)
             cancel_orphan_in_slurm(jm, j);
         if (s == ZT_JOB_STOPPING) {

@@ -70,6 +70,7 @@ typedef struct {
     bool running;
     int exit_code;     /* valid when !running && signal == 0 && pid != 0 */
     int signal;        /* the signal that ended the rank, 0 if it exited */
+    bool exit_unknown; /* the daemon that ran it died: how it ended is not known */
     zt_rank_figures figures;  /* its step breakdown, CPU, memory, GPU from the newest record */
 } zt_rank_info;
 

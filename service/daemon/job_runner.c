@@ -4,18 +4,26 @@
  * callback takes the manager's lock for itself; the rest runs with it held. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "ztrain/fsutil.h"
 #include "job_events.h"
 #include "job_manager_internal.h"
 #include "ranks/proc_spawn.h"
 #include "ranks/rank_group.h"
+
+/* After a rank fails, the others get SIGTERM and, this many seconds later, SIGKILL. */
+#define RANK_FAIL_GRACE_S 3.0
+/* Descriptors a job's start must leave free: the pipes' write ends while it spawns, the state
+ * file's journal, a connection accepted meanwhile. */
+#define FD_RESERVE 16
 
 /* ------------------------------------------------------------------------------------------ */
 /* The queue                                                                                   */
@@ -70,7 +78,7 @@ static void start_job(zt_jobs *jm, job *j) {
                           .threads_per_rank = threads,
                           .run_id = jm->cfg.slurm ? name : j->info.id,
                           .job_id = j->info.id,
-                          .fail_grace_s = 3.0,
+                          .fail_grace_s = RANK_FAIL_GRACE_S,
                           .passive_wait = (long)threads * jm->cfg.max_ranks > cpus,
                           .slurm = jm->cfg.slurm ? &sj : NULL};
     /* Every rank sees the job's GPUs and takes the one of its LOCAL_RANK (gpu_pool.h). */
@@ -121,6 +129,30 @@ static void start_job(zt_jobs *jm, job *j) {
     zt_jm_set_state(jm, j, ZT_JOB_STARTING);
 }
 
+/* Descriptors ztraind holds for a job while its ranks run: each local rank's pidfd and the read
+ * ends of its stdout and stderr, and rank 0's metrics pipe (for Slurm: srun's, and rank 0's
+ * metrics connection). */
+static int fds_needed(const zt_jobs *jm, const job *j) {
+    return jm->cfg.slurm ? 4 : 3 * j->info.world_size + 1;
+}
+
+/* How many more descriptors ztraind may open (its open-file limit less those open, less
+ * FD_RESERVE), so that a job whose ranks' pipes do not fit waits in the queue rather than
+ * failing at its start ("pipe: Too many open files"). *limit gets the limit. */
+static long fds_free(long *limit) {
+    struct rlimit rl;
+    *limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                 ? (long)rl.rlim_cur : 1L << 20;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return *limit;   /* no /proc: nothing is held back */
+    long open_fds = -3;  /* ".", ".." and the directory's own descriptor */
+    while (readdir(d))
+        open_fds++;
+    closedir(d);
+    return *limit - open_fds - FD_RESERVE;
+}
+
 /* Says what a queued job waits for, when that changed. */
 static void set_wait_reason(zt_jobs *jm, job *j, const char *why) {
     if (strcmp(why, j->info.reason) == 0)
@@ -138,6 +170,7 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
     const job *blocked = NULL;
     int free_ranks = jm->cfg.max_ranks - jm->ranks_in_use;
     int free_gpus = zt_gpu_pool_free(&jm->gpus);
+    long fd_limit = 0, free_fds = -1;   /* counted when a job is about to start */
     for (int i = 0; i < jm->n_jobs; i++) {
         job *j = jm->jobs[i];
         if (j->info.state != ZT_JOB_QUEUED)
@@ -152,13 +185,26 @@ void zt_jm_schedule(zt_jobs *jm, bool start) {
             snprintf(why, sizeof why, "restarting once the ranks of the previous ztraind have "
                      "stopped (they write a checkpoint first)");
         } else if (j->info.world_size <= free_ranks && gpus_needed(jm, j) <= free_gpus) {
-            free_ranks -= j->info.world_size;
-            free_gpus -= gpus_needed(jm, j);
-            if (start) {
-                start_job(jm, j);
-                continue;
+            if (free_fds < 0)
+                free_fds = fds_free(&fd_limit);
+            /* With nothing running, waiting frees nothing: the start is tried, and a failure
+             * says what ran out. */
+            if (fds_needed(jm, j) > free_fds && jm->ranks_in_use > 0) {
+                snprintf(why, sizeof why, "waiting for file descriptors: its ranks' output needs "
+                         "%d, and %ld of ztraind's open-file limit %ld are free (%d kept in "
+                         "reserve)", fds_needed(jm, j), free_fds > 0 ? free_fds : 0, fd_limit,
+                         FD_RESERVE);
+                blocked = j;
+            } else {
+                free_ranks -= j->info.world_size;
+                free_gpus -= gpus_needed(jm, j);
+                free_fds -= fds_needed(jm, j);
+                if (start) {
+                    start_job(jm, j);
+                    continue;
+                }
+                snprintf(why, sizeof why, "starting");
             }
-            snprintf(why, sizeof why, "starting");
         } else if (j->info.world_size > free_ranks) {
             snprintf(why, sizeof why, "waiting for %d free rank slot(s): %d of --max-ranks %d "
                      "in use", j->info.world_size, jm->cfg.max_ranks - free_ranks,
@@ -339,6 +385,19 @@ static void stop_failure(const job *j, const zt_group_end *end, char *buf, size_
         snprintf(buf, size, "the ranks did not stop cleanly");
 }
 
+/* The rank that failed first may only have given up waiting for a peer that was stopped
+ * (zt_group_end.stuck_rank): that peer becomes the failed rank, and the reason blames it, as
+ * `ztrain run` does. */
+static void blame_stuck_rank(job *j, const zt_group_end *end) {
+    if (end->stuck_rank < 0 || end->stuck_rank >= j->info.world_size)
+        return;
+    char line[1600];
+    zt_rank_describe_stuck(line, sizeof line, end->stuck_rank, end->stuck_pid, true,
+                           RANK_FAIL_GRACE_S, j->fail_reason ? j->fail_reason : "");
+    zt_jm_set_str(&j->fail_reason, line);
+    j->failed_rank = end->stuck_rank;
+}
+
 /* The final state, once every rank is reaped: a cancel request wins, then the first failure. */
 static void on_group_ended(void *group_ctx, const zt_group_end *end) {
     job *j = group_ctx;
@@ -395,6 +454,7 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
         else if (!zt_jm_restart(jm, j))
             zt_jm_set_state(jm, j, ZT_JOB_FAILED);
     } else if (j->failed_rank >= 0) {
+        blame_stuck_rank(j, end);
         zt_jm_set_reason(j, "%s", j->fail_reason);
         if (!zt_jm_restart(jm, j))
             zt_jm_set_state(jm, j, ZT_JOB_FAILED);

@@ -213,6 +213,8 @@ static char *ranks_to_json(const zt_job_info *j) {
         cJSON_AddBoolToObject(o, "running", ri->running);
         cJSON_AddNumberToObject(o, "exit_code", ri->exit_code);
         cJSON_AddNumberToObject(o, "signal", ri->signal);
+        if (ri->exit_unknown)
+            cJSON_AddBoolToObject(o, "exit_unknown", true);
         cJSON_AddItemToArray(arr, o);
     }
     char *text = arr ? cJSON_PrintUnformatted(arr) : NULL;
@@ -232,6 +234,7 @@ static void ranks_from_json(zt_job_info *j, const char *text) {
         ri->running = cJSON_IsTrue(cJSON_GetObjectItem(o, "running"));
         ri->exit_code = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "exit_code"));
         ri->signal = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "signal"));
+        ri->exit_unknown = cJSON_IsTrue(cJSON_GetObjectItem(o, "exit_unknown"));
     }
     cJSON_Delete(arr);
 }

@@ -147,6 +147,17 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
+/* SIGHUP (the terminal ztraind was started from closed, or a `kill -HUP` meant as "reload")
+ * must not end the daemon at once and every running job with it: there is nothing to reload, so
+ * it is ignored, saying so. write(2): the one way to say it from a handler. */
+static void on_hangup(int sig) {
+    (void)sig;
+    static const char msg[] = "ztraind: SIGHUP ignored: there is no configuration to reload "
+                              "(SIGTERM or SIGINT stop ztraind)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
 /* The most --http-host or --http-allow-origin values: each request is checked against them. */
 #define MAX_HTTP_NAMES 32
 
@@ -677,6 +688,9 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    struct sigaction hup = {.sa_handler = on_hangup, .sa_flags = SA_RESTART};
+    sigemptyset(&hup.sa_mask);
+    sigaction(SIGHUP, &hup, NULL);
     signal(SIGPIPE, SIG_IGN);
     /* Unless GRPC_VERBOSITY or GRPC_TRACE asks for gRPC's own log as it is. */
     if (!getenv("GRPC_VERBOSITY") && !getenv("GRPC_TRACE"))

@@ -432,6 +432,31 @@ void zt_rank_describe_exit(char *buf, size_t size, int rank, const char *host,
     }
 }
 
+bool zt_rank_is_stopped(pid_t pid) {
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* The name in parentheses may hold anything: the state follows the last ')'. */
+    const char *close = strrchr(stat, ')');
+    return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+void zt_rank_describe_stuck(char *buf, size_t size, int rank, pid_t pid, bool stopped,
+                            double grace_s, const char *first_failure) {
+    char how[128];
+    if (stopped)
+        snprintf(how, sizeof how, "was stopped (SIGSTOP or a debugger)");
+    else
+        snprintf(how, sizeof how, "did not end within %g s of SIGTERM and was killed", grace_s);
+    snprintf(buf, size, "rank %d (pid %ld) stopped answering: it %s when %s", rank, (long)pid,
+             how, first_failure);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The rendezvous port                                                                         */
 

@@ -207,4 +207,20 @@ void zt_rank_describe_signal(char *buf, size_t size, int sig);
 void zt_rank_describe_exit(char *buf, size_t size, int rank, const char *host,
                            const zt_rank_exit *x, const char *last_stderr);
 
+/* Whether the process is stopped (SIGSTOP, or a debugger: state T or t in /proc/PID/stat). A
+ * keeper asks before it continues the group (SIGCONT), which would hide the stop. */
+bool zt_rank_is_stopped(pid_t pid);
+
+/* How a rank stopped answering (a peer gave up waiting for it, and the keeper found it stopped,
+ * or it outlived the grace period after SIGTERM), for the line that blames it rather than the
+ * peer that failed first:
+ *   "rank 1 (pid 4243) stopped answering: it was stopped (SIGSTOP or a debugger) when
+ *    <first_failure>"
+ *   "rank 1 (pid 4243) stopped answering: it did not end within 5 s of SIGTERM and was killed
+ *    when <first_failure>"
+ * first_failure is zt_rank_describe_exit's line for the rank that failed first. Truncated to
+ * size. */
+void zt_rank_describe_stuck(char *buf, size_t size, int rank, pid_t pid, bool stopped,
+                            double grace_s, const char *first_failure);
+
 #endif

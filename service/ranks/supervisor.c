@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "supervisor_internal.h"
+#include "ztrain/comm.h"
 
 #define POLL_MS 200
 #define LINE_BYTES 16384            /* longer lines are split */
@@ -68,6 +69,7 @@ static zt_rank_group *group_alloc(int n, int n_procs, void *ctx) {
     }
     for (int r = 0; r < n_procs; r++)
         g->procs[r].pidfd = -1;
+    g->stuck_rank = -1;
     for (int i = 0; i < g->n_pipes; i++) {
         g->pipes[i].fd = -1;
         g->pipes[i].rank = i < 2 * n_procs ? i / 2 : 0;
@@ -108,6 +110,7 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
     /* Unique on the host even with several daemons: the shm backend names its segment after it. */
     char run_id[160];
     snprintf(run_id, sizeof run_id, "ztraind%ld-%s", (long)getpid(), spec->run_id);
+    snprintf(g->run_id, sizeof g->run_id, "%s", run_id);
     ZT_ASSERT(spec->threads_per_rank > 0);
     /* The shm backend meets through ZTRAIN_RUN_ID, the gloo one (a job's "comm": "gloo") at the
      * port, where its rank 0 listens: a free one, so that concurrent jobs never share it. */
@@ -271,6 +274,14 @@ void zt_sup_read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p) {
     }
 }
 
+/* A rank exited with an error and takes the group down: a peer it waited for may be stopped.
+ * Called before the group is continued (SIGCONT), which would hide the stop. */
+static void find_stopped(zt_rank_group *g) {
+    for (int r = 0; r < g->n_procs && g->stuck_rank < 0; r++)
+        if (g->procs[r].pidfd >= 0 && zt_rank_is_stopped(g->procs[r].pid))
+            g->stuck_rank = r;
+}
+
 static void reap_rank(zt_supervisor *s, zt_rank_group *g, int r) {
     siginfo_t si = {0};
     if (waitid(P_PIDFD, (id_t)g->procs[r].pidfd, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
@@ -291,6 +302,8 @@ static void reap_rank(zt_supervisor *s, zt_rank_group *g, int r) {
     bool teardown = zt_sup_rank_failed(code, sig) && !g->tearing_down && g->live > 0;
     pthread_mutex_unlock(&s->mu);
     s->cb.rank_exited(g->ctx, r, g->procs[r].pid, NULL, code, sig);
+    if (teardown && sig == 0)
+        find_stopped(g);
     if (teardown)
         zt_rank_group_terminate(s, g, g->fail_grace_s);
 }
@@ -358,11 +371,17 @@ static void finish_groups(zt_supervisor *s) {
         *link = g->next;
         /* A cancel may still come in (and move kill_at) until group_ended has returned. */
         pthread_mutex_lock(&s->mu);
-        zt_group_end end = {.killed = g->kill_sent};
+        zt_group_end end = {.killed = g->kill_sent, .stuck_rank = g->stuck_rank};
+        if (g->stuck_rank >= 0)
+            end.stuck_pid = g->procs[g->stuck_rank].pid;
         if (g->kill_sent && g->term_at && g->kill_at >= g->term_at)
             end.grace_s = g->kill_at - g->term_at;
         pthread_mutex_unlock(&s->mu);
-        /* Every rank is reaped: a directory still recorded is one a killed rank left. */
+        /* Every rank is reaped: a directory still recorded is one a killed rank left, and a
+         * segment still named one that rank 0 left, killed before the others attached; a
+         * restart of the job would find it. */
+        if (!g->slurm)
+            zt_comm_shm_remove_leftover(g->run_id);
         dirs_note dirs = {.text = ""};
         zt_rank_record_clean(&g->record, dir_removed, dir_not_removed, &dirs);
         end.offload_dirs = dirs.text;

@@ -45,6 +45,13 @@ typedef struct {
      * ranks record them, rank_group.h: zt_rank_record), "; "-separated, and "rank 1: <dir>
      * (cannot remove: <why>)" for one it could not; "" when there was none. */
     const char *offload_dirs;
+    /* Local groups whose first failure was a rank's exit with an error: that rank may only have
+     * given up waiting for a peer that stopped answering. stuck_rank is a peer found stopped
+     * (SIGSTOP, a debugger) before the group was continued (-1: none), stuck_pid its pid
+     * (rank_group.h: zt_rank_describe_stuck words it). A rank merely slow to end after SIGTERM
+     * is not blamed: it may be finishing a long step. */
+    int stuck_rank;
+    pid_t stuck_pid;
 } zt_group_end;
 
 /* All run on the supervisor thread, with no supervisor lock held. */

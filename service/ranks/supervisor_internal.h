@@ -62,6 +62,11 @@ struct zt_rank_group {
     double term_at;         /* CLOCK_MONOTONIC seconds of the first graceful stop; 0: none */
     double kill_at;         /* CLOCK_MONOTONIC seconds; 0: no SIGKILL scheduled */
     bool kill_sent;
+    /* Local groups, supervisor thread only: the rank found stopped when a rank that exited
+     * with an error took the group down (zt_group_end.stuck_rank; -1: none). */
+    int stuck_rank;
+    /* Local groups: ZTRAIN_RUN_ID, which names their shm segment. */
+    char run_id[160];
     /* Local groups: where the ranks record their NVMe offload directories (rank_group.h). */
     zt_rank_record record;
     zt_rank_group *next;

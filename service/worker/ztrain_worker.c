@@ -38,7 +38,8 @@
  * the choice on stderr (not the default shm, which it has always used silently).
  *
  * Exit status: 0 success, 1 failure ("ztrain-worker: rank R: <message>" on stderr), 2 bad usage,
- * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written. */
+ * 130 stopped by SIGINT/SIGTERM after the job's checkpoint was written, or before the ranks had
+ * met (nothing trained: the rendezvous gives up waiting, zt_comm_set_stop_flag). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -151,7 +152,7 @@ static int comm_timeout(double *out) {
     char *end;
     errno = 0;
     double t = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(t) || t <= 0)
+    if (errno || end == v || *end || !isfinite(t) || t <= 0 || t > ZT_COMM_MAX_TIMEOUT_S)
         return -1;
     *out = t;
     return 0;
@@ -444,6 +445,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ztrain-worker: %s\n", zt_last_error());
         return 1;
     }
+    zt_comm_set_stop_flag(&stop_requested);
     if (follow_launcher() != 0)
         return 1;
 
@@ -455,8 +457,9 @@ int main(int argc, char **argv) {
     int rank = dist.rank;
     double timeout_s;
     if (comm_timeout(&timeout_s) != 0) {
-        fprintf(stderr, "ztrain-worker: rank %d: ZTRAIN_COMM_TIMEOUT_S='%s' is not a positive "
-                        "number of seconds\n", rank, getenv("ZTRAIN_COMM_TIMEOUT_S"));
+        fprintf(stderr, "ztrain-worker: rank %d: ZTRAIN_COMM_TIMEOUT_S='%s' is not a number of "
+                        "seconds in (0, %g]\n", rank, getenv("ZTRAIN_COMM_TIMEOUT_S"),
+                ZT_COMM_MAX_TIMEOUT_S);
         return 1;
     }
     report_placement(&dist);
@@ -517,7 +520,8 @@ int main(int argc, char **argv) {
             zt_comm_create(&comm, transport, &dist, timeout_s) != ZT_OK) {
             fprintf(stderr, "ztrain-worker: rank %d: %s\n", rank, zt_last_error());
             zt_job_spec_free(&job);
-            return 1;
+            /* A peer that gave up because of its own stop fails this rank's wait too. */
+            return zt_stop_is_requested(&stop_requested) ? 130 : 1;
         }
         const char *env_comm = getenv("ZTRAIN_COMM");
         bool named = job.comm != ZT_COMM_AUTO || (env_comm && *env_comm &&

@@ -32,6 +32,15 @@ directory, so that `pgrep -f <that job path>` finds exactly this case's processe
   k. A SIGTERM less than 1 s after the first is the same stop asked again, as a rank takes it
      (slurmd and supervisors send SIGTERM twice in a row; docs/getting-started.md): the run,
      still stopping when it comes, exits 130 with a complete checkpoint.
+  l. SIGTERM to a ztrain-worker still waiting for the other ranks to meet (started by hand, the
+     others never come; shm and gloo, rank 0 and rank 1; the default 300 s timeout): it stops
+     within 5 s with the stop's exit status 130, naming what it waited for, and rank 0 leaves
+     no shared-memory segment (a launcher's SIGTERM, torchrun's or Kubernetes', must not wait
+     out the rendezvous timeout).
+  m. Rank 0 SIGKILLed while rank 1 is slow to start (a ztrain-worker wrapper delays it), before
+     rank 1 attached to its shared-memory segment: `ztrain run` fails naming rank 0, and the
+     segment's name, which only rank 0 removes, is removed by `ztrain run` once both ranks ended
+     (docs/parallelism.md: nothing is left in /dev/shm however the job ends).
 
 Run: python3 tests/dist/test_launch.py [LETTERS] (e.g. "hj": only those cases)."""
 import json
@@ -382,6 +391,13 @@ def case_d():
                                          ZTRAIN_COMM_TIMEOUT_S="soon"), timeout=20)
     ck.check(rc == 1 and "ZTRAIN_COMM_TIMEOUT_S" in err and "rank 0" in err,
              f"d: a malformed ZTRAIN_COMM_TIMEOUT_S fails naming it: {err.strip()}")
+    # Past the longest the waits can count (1e9 s, in nanoseconds within int64): named as the
+    # variable's fault and with the bound, not "timeout 1e+10 s is not positive".
+    rc, out, err = worker(job2, base_env(RANK=0, WORLD_SIZE=2, MASTER_PORT=29534,
+                                         ZTRAIN_COMM_TIMEOUT_S="1e10"), timeout=20)
+    ck.check(rc == 1 and "ZTRAIN_COMM_TIMEOUT_S='1e10'" in err and "(0, 1e+09]" in err
+             and "not positive" not in err,
+             f"d: a ZTRAIN_COMM_TIMEOUT_S above 1e9 s fails naming it and the bound: {err.strip()}")
 
     # Two ranks started the way srun starts them: Slurm's variables only, a job id for the run,
     # and (no launcher dividing the cores here) one thread each.
@@ -627,7 +643,74 @@ def case_k():
         cleanup(job, run)
 
 
-cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j, case_k)
+def case_l():
+    d, job = new_case(world_size=2)
+    for comm, port in (("shm", 29541), ("gloo", 29542)):
+        for rank in (0, 1):
+            env = base_env(RANK=rank, WORLD_SIZE=2, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=2,
+                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port, ZTRAIN_COMM=comm)
+            with open(os.path.join(d, "stderr.txt"), "wb") as e:
+                p = subprocess.Popen([WORKER, job, "--out", os.path.join(d, "out")], env=env,
+                                     cwd=d, stdout=subprocess.DEVNULL, stderr=e)
+            time.sleep(1.0)
+            p.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            try:
+                rc = p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                rc = None
+            took = time.monotonic() - t0
+            with open(os.path.join(d, "stderr.txt"), encoding="utf-8", errors="replace") as f:
+                err = f.read().strip()
+            waited_for = "rank(s) 1" if rank == 0 else ("rank 0" if comm == "shm" else
+                                                         "127.0.0.1:29542")
+            ck.check(rc == 130 and "a stop was asked for" in err and waited_for in err,
+                     f"l ({comm}, rank {rank} alone): SIGTERM during the rendezvous stops it with "
+                     f"130 in {took:.1f} s, naming {waited_for} (exit {rc}): {err[-300:]!r}")
+            segments = [n for n in os.listdir("/dev/shm") if f"port{port}" in n]
+            ck.check(not segments, f"l ({comm}, rank {rank}): no segment left ({segments})")
+
+
+def case_m():
+    d, job = new_case()
+    bindir = os.path.join(d, "bin")
+    os.makedirs(bindir)
+    program = os.path.join(bindir, "ztrain")
+    shutil.copy(ZTRAIN, program)
+    with open(os.path.join(bindir, "ztrain-worker"), "w") as f:
+        f.write(f'#!/bin/sh\n[ "$RANK" = 1 ] && sleep 60\nexec {WORKER} "$@"\n')
+    os.chmod(os.path.join(bindir, "ztrain-worker"), 0o755)
+    run = Run(job, program=program)
+    try:
+        ranks = rank_pids(run)
+        mine = f"-{run.p.pid}-"
+        segments = []
+        deadline = time.monotonic() + 15
+        while not segments and time.monotonic() < deadline:
+            segments = [n for n in os.listdir("/dev/shm") if mine in n]
+            time.sleep(0.05)
+        ck.check(len(ranks) == 2 and segments, f"m: rank 0 made its segment ({segments}) while "
+                                               f"rank 1 waits to start ({ranks})")
+        if len(ranks) != 2:
+            return
+        os.kill(ranks[0], signal.SIGKILL)
+        rc = run.wait(20)
+        err = run.stderr()
+        ck.check(rc == 1 and "rank 0" in err and "signal 9" in err,
+                 f"m: the run fails naming rank 0 and SIGKILL (exit {rc}): {err.strip()[-200:]}")
+        left = [n for n in os.listdir("/dev/shm") if mine in n]
+        ck.check(not left, f"m: no shared-memory segment of the run is left ({left})")
+    finally:
+        for n in os.listdir("/dev/shm"):
+            if f"-{run.p.pid}-" in n:
+                os.unlink(os.path.join("/dev/shm", n))
+        cleanup(job, run)
+
+
+cases = (case_a, case_b, case_c, case_d, case_e, case_f, case_g, case_h, case_i, case_j, case_k,
+         case_l, case_m)
 try:
     for case in cases:
         if len(sys.argv) > 1 and case.__name__[-1] not in sys.argv[1]:

@@ -22,6 +22,7 @@ The update as a GPU runs it (ZTRAIN_OFFLOAD_STAGED=1 on the CPU: each tile's gra
 parameters copied to host buffers, the optimizer on a host backend, the parameters copied back)
 is bit-identical too, fp32 and bf16, Adam and SGD."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -270,6 +271,13 @@ with tempfile.TemporaryDirectory() as d:
         p = subprocess.run(prefix + ["sh", "-c", script], capture_output=True, text=True)
         fails(what, p, ["offload_optimizer.nvme_path", mnt, "rank 0", "rank 1"] + fragments)
         ck.check("left: []" in p.stdout, f"{what}: nothing left on the filesystem")
+        if "no room" in fragments:
+            # Each file is a few KiB here: its size in a binary unit that shows it (a decimal
+            # "0.0 MB" did not, for a file below 50 kB).
+            need = re.search(r"needs ([0-9.]+ (B|KiB|MiB|GiB|TiB))\)", p.stderr)
+            ck.check(need and not need.group(1).startswith("0.0"),
+                     f"{what}: the file's size is given readably "
+                     f"({need.group(1) if need else p.stderr.strip()[-200:]!r})")
     if prefix is not None:
         # ramfs refuses O_DIRECT (and has no fallocate): the files go through the page cache.
         mnt = f"{d}/mnt-ram"

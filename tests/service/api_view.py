@@ -70,7 +70,8 @@ FIGURES = ("stepTimeMs", "dataMs", "fwdMs", "bwdMs", "stepMs", "commMs", "comput
 
 def rank(r):
     out = {"rank": r.get("rank", 0), "pid": r.get("pid", 0), "running": r.get("running", False),
-           "exit_code": r.get("exitCode", 0), "signal": r.get("signal", 0)}
+           "exit_code": r.get("exitCode", 0), "signal": r.get("signal", 0),
+           "exit_unknown": r.get("exitUnknown", False)}
     for k in FIGURES:
         out[snake(k)] = num(r.get(k, 0))
     return out

@@ -15,6 +15,7 @@ import atexit
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -89,7 +90,7 @@ class Daemon:
     tmpdir/ztraind.log, which log() returns."""
 
     def __init__(self, build, tmpdir, max_ranks=1, token=None, extra_args=(), threads_per_rank=1,
-                 grace=None, start=True):
+                 grace=None, start=True, env=None, open_files=None):
         self.build = os.path.abspath(build)
         self.dir = tmpdir
         self.state_dir = os.path.join(tmpdir, "state")
@@ -107,6 +108,8 @@ class Daemon:
         self.extra_args = list(extra_args)
         self.threads_per_rank = threads_per_rank
         self.grace = grace
+        self.env = env or {}   # variables set for ztraind (and so its ranks) beyond the tests'
+        self.open_files = open_files   # ztraind's open-file limit, soft and hard (None: ours)
         self.log_path = os.path.join(tmpdir, "ztraind.log")
         self.grpc_port = 0
         self.http_port = 0
@@ -147,10 +150,14 @@ class Daemon:
         """Starts ztraind and waits for its ready line, which names the ports it bound."""
         env = dict(os.environ)
         env.pop("ZTRAIN_TOKEN", None)
+        env.update(self.env)
         with open(self.log_path, "ab") as log:
             start_offset = log.tell()
-            self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, cwd=self.dir)
+            limit = self.open_files
+            self.proc = subprocess.Popen(
+                self.args(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.dir,
+                preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+                if limit else None)
         self.pids.append(self.proc.pid)
         # A test that dies on an exception must not leave its daemon (and its ranks) running.
         atexit.register(self.kill)

@@ -32,6 +32,7 @@
 #ifndef ZTRAIN_COMM_H
 #define ZTRAIN_COMM_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -119,9 +120,14 @@ zt_status zt_comm_choose_on(const zt_dist_info *d, zt_comm_choice job, bool cuda
  * GPU of its own), and "nccl" when named. Static storage. */
 const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
 
+/* The longest timeout zt_comm_create takes, in seconds (about 31 years): the waits count in
+ * nanoseconds, which a longer one would overflow. */
+#define ZT_COMM_MAX_TIMEOUT_S 1e9
+
 /* Connects this rank to the job's others through the named transport ("shm"), waiting up to
  * timeout_s seconds for them; every later wait is bounded by the same timeout. A world size
- * outside [1, ZT_MAX_WORLD], a rank outside the world, a non-positive timeout, or a transport
+ * outside [1, ZT_MAX_WORLD], a rank outside the world, a timeout outside (0,
+ * ZT_COMM_MAX_TIMEOUT_S], or a transport
  * that is unknown or not in this build (the message names it and the transports this build has)
  * is ZT_ERR_INVALID. "shm": rank 0 creates the segment, the others attach, and the segment's name
  * is removed once all have, so nothing is left in /dev/shm however the job ends; run_id must be
@@ -145,6 +151,17 @@ const char *zt_comm_for_nodes(zt_comm_choice choice, int nodes);
  * failure; free with zt_comm_destroy. */
 zt_status zt_comm_create(zt_comm **out, const char *transport, const zt_dist_info *d,
                          double timeout_s);
+/* The process's stop request (stop_signals.h's flag; NULL, the default: none). While the ranks
+ * meet in zt_comm_create (waiting for rank 0's shared-memory segment or store, for the others
+ * to attach or join), a set *flag ends the wait at once with ZT_ERR_STOPPED, naming the ranks
+ * waited for: nothing has been trained yet, so a stop must not wait out the timeout. Waits after
+ * the rendezvous (collectives) ignore it: a stop ends a step on every rank together. */
+void zt_comm_set_stop_flag(const volatile sig_atomic_t *flag);
+/* Removes the name of the "shm" segment of the job with run_id from /dev/shm, if it is there:
+ * rank 0 removes it once every rank has attached, so it stays only when rank 0 was killed
+ * (SIGKILL, the OOM killer) before that. For the keeper of a job's ranks (ztrain run, ztraind),
+ * once every rank has ended and before it starts ranks with that run id again. */
+void zt_comm_shm_remove_leftover(const char *run_id);
 /* Frees the communicator, failed or not; NULL is fine. */
 void zt_comm_destroy(zt_comm *c);
 

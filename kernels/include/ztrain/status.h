@@ -18,6 +18,7 @@ typedef enum {
     ZT_ERR_UNSUPPORTED = -5, /* a valid option that this build does not implement yet */
     ZT_ERR_TIMEOUT = -6,     /* a peer or a wait took longer than allowed */
     ZT_ERR_NUMERIC = -7,     /* training diverged: a non-finite loss or gradient */
+    ZT_ERR_STOPPED = -8,     /* a wait gave up because a stop was asked for (SIGINT, SIGTERM) */
 } zt_status;
 
 /* A short name for a status ("invalid", "io", ...). */
