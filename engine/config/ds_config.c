@@ -366,6 +366,13 @@ static zt_status parse_top(zt_ds_config *cfg, const zt_json_obj *top, batch_keys
     if (cfg->steps_per_print == INT_MIN)
         return zt_json_key_error(ZT_ERR_INVALID, top, "steps_per_print", "is out of range, got %d",
                                  cfg->steps_per_print);
+    /* 0 stored is DeepSpeed's None (never); a 0 given is Python's ZeroDivisionError in the
+     * engine's (step + 1) % steps_per_print at the end of the first step. */
+    if (cfg->steps_per_print == 0 && cJSON_IsNumber(zt_json_item(top, "steps_per_print")))
+        return zt_json_key_error(ZT_ERR_INVALID, top, "steps_per_print",
+                                 "must not be 0: DeepSpeed's (step + 1) %% steps_per_print is "
+                                 "ZeroDivisionError at the first step (leave it out or null for "
+                                 "no step line)");
     if (cfg->steps_per_print < 0)
         cfg->steps_per_print = -cfg->steps_per_print;
     /* Gradients are divided by it before the reduction; DeepSpeed checks it only at run time,

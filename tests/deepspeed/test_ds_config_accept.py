@@ -74,6 +74,8 @@ CASES = [
     ("FusedAdam betas >= 1", opt("Adam", betas=[0.9, 1.5]), "betas", "init", True),
     ("FusedAdam eps < 0", opt("Adam", eps=-1e-8), "eps", "init", True),
     ("SGD nesterov without momentum", opt("SGD", nesterov=True), "nesterov", "init", False),
+    # The engine's (step + 1) % steps_per_print after the first step.
+    ("steps_per_print 0", opt("Adam", {"steps_per_print": 0}), "steps_per_print", "init", False),
     ("SGD maximize", opt("SGD", maximize=True, momentum=0.9), "maximize", "init", False),
     ("CPUAdam set_grad_none", opt("Adam", OFFLOAD, set_grad_none=True), "set_grad_none", "init",
      False),

@@ -147,6 +147,10 @@ static void test_defaults(void) {
     /* Values set explicitly to their defaults, and the 5e8 number form. */
     if (OK("{\"train_batch_size\": 8, \"steps_per_print\": null}", 1, &cfg))
         CHECK(cfg.steps_per_print == 0);
+    /* DeepSpeed's engine computes (step + 1) % steps_per_print: ZeroDivisionError. */
+    ERR("{\"train_batch_size\": 8, \"steps_per_print\": 0}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'steps_per_print' must not be 0: DeepSpeed's (step + 1) % steps_per_print is "
+        "ZeroDivisionError at the first step (leave it out or null for no step line)");
     if (OK("{\"train_batch_size\": 8, \"steps_per_print\": 50, \"gradient_clipping\": 0.5, "
            "\"fp16\": {\"enabled\": false, \"loss_scale\": 0}, \"bf16\": {\"enabled\": false}, "
            "\"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 2e8, "
