@@ -134,7 +134,8 @@ test-multihost:
 # it makes .venv-ds/ with PyPI's torch, DeepSpeed and transformers 5 the first time): ten masked SFT
 # steps in DeepSpeed (CPU accelerator, two gloo ranks) and in ztrain on the same batches,
 # directories transformers 5 writes read, trained and exported against transformers 5, and the
-# Python client's batch-rule check against DeepSpeedConfig on a grid of batch keys, and
+# Python client's batch-rule check and ztrain's "auto" batch keys against DeepSpeedConfig
+# (and the Trainer's fill) on a grid of batch keys, and
 # ztrain-worker under torch 2.x's torchrun command (static, c10d and standalone rendezvous); the
 # suites run DS_JOBS at a time, default one per core (tests/deepspeed/run.sh).
 test-deepspeed:

@@ -366,6 +366,13 @@ static zt_status parse_top(zt_ds_config *cfg, const zt_json_obj *top, batch_keys
     if (cfg->steps_per_print == INT_MIN)
         return zt_json_key_error(ZT_ERR_INVALID, top, "steps_per_print", "is out of range, got %d",
                                  cfg->steps_per_print);
+    /* 0 stored is DeepSpeed's None (never); a 0 given is Python's ZeroDivisionError in the
+     * engine's (step + 1) % steps_per_print at the end of the first step. */
+    if (cfg->steps_per_print == 0 && cJSON_IsNumber(zt_json_item(top, "steps_per_print")))
+        return zt_json_key_error(ZT_ERR_INVALID, top, "steps_per_print",
+                                 "must not be 0: DeepSpeed's (step + 1) %% steps_per_print is "
+                                 "ZeroDivisionError at the first step (leave it out or null for "
+                                 "no step line)");
     if (cfg->steps_per_print < 0)
         cfg->steps_per_print = -cfg->steps_per_print;
     /* Gradients are divided by it before the reduction; DeepSpeed checks it only at run time,
@@ -715,6 +722,27 @@ zt_status zt_ds_config_from_json(zt_ds_config *cfg, const cJSON *root, const cha
     return s;
 }
 
+/* A batch error after "auto" or missing batch keys were filled quotes what was filled: DeepSpeed's
+ * "Gradient accumulation steps: 0 has to be greater than 0" alone does not say that the 0 comes
+ * from a micro batch of 8 that the user never wrote. The failure's field is kept. */
+static zt_status quote_batch_fills(zt_status s, const char *fills) {
+    const char *field = zt_last_error_field();
+    bool batch = strcmp(field, "train_batch_size") == 0 ||
+                 strcmp(field, "train_micro_batch_size_per_gpu") == 0 ||
+                 strcmp(field, "gradient_accumulation_steps") == 0;
+    if (s == ZT_OK || !batch || !fills[0])
+        return s;
+    char msg[1024], quoted[1024], key[64];
+    snprintf(msg, sizeof msg, "%s", zt_last_error());
+    snprintf(key, sizeof key, "%s", field);
+    snprintf(quoted, sizeof quoted, "%s", fills);
+    quoted[strlen(quoted) - 1] = '\0'; /* the last line's newline */
+    for (char *nl = quoted; (nl = strchr(nl, '\n')) != NULL;)
+        *nl = ';';
+    zt_error(s, "%s (the batch keys ztrain filled, as the Trainer does: %s)", msg, quoted);
+    return zt_error_field(s, key);
+}
+
 zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const char *source,
                                    const zt_training_args *args, const zt_ds_auto_context *ctx,
                                    cJSON **resolved) {
@@ -730,8 +758,8 @@ zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const c
     zt_status s = zt_json_check_duplicates(root, source, "DeepSpeed config", "", NULL);
     if (s == ZT_OK)
         s = zt_json_check_finite(root, source, "", NULL);
-    char log[sizeof cfg->resolved];
-    log[0] = '\0';
+    char log[sizeof cfg->resolved], batch_fills[1024];
+    log[0] = batch_fills[0] = '\0';
     /* "auto" batch keys multiply by the data-parallel size, as the Trainer's world size under
      * DeepSpeed's AutoTP: ctx's ranks per pipeline stage over the TP size (a TP size that does
      * not divide them is refused below, by name). */
@@ -740,9 +768,10 @@ zt_status zt_ds_config_from_script(zt_ds_config *cfg, const cJSON *root, const c
     if (tp > 1 && dp_ctx.world_size % tp == 0)
         dp_ctx.world_size /= tp;
     if (s == ZT_OK)
-        s = zt_ds_resolve_auto(copy, args, &dp_ctx, source, log, sizeof log);
+        s = zt_ds_resolve_auto(copy, args, &dp_ctx, source, log, sizeof log, batch_fills,
+                               sizeof batch_fills);
     if (s == ZT_OK)
-        s = from_json(cfg, copy, source, ctx->world_size);
+        s = quote_batch_fills(from_json(cfg, copy, source, ctx->world_size), batch_fills);
     /* Without an "optimizer" section the betas are the Trainer's AdamW's, a tuple (its
      * get_optimizer_cls_and_kwargs), not a list from the config. */
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(root, "optimizer");

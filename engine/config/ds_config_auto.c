@@ -23,24 +23,53 @@ typedef struct {
     const char *source;
     char *log;
     size_t log_size;
+    char *batch_fills; /* the batch keys' lines of log, for a batch error to quote */
+    size_t batch_fills_size;
     char mismatches[2048];
 } resolver;
 
+/* Appends the line `text` to buf, or nothing when it does not fit whole. */
+static void append_line(char *buf, size_t size, const char *text) {
+    size_t used = strlen(buf), n = strlen(text);
+    if (used + n + 2 > size)
+        return;
+    memcpy(buf + used, text, n);
+    buf[used + n] = '\n';
+    buf[used + n + 1] = '\0';
+}
+
 static void log_line(resolver *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void log_line(resolver *r, const char *fmt, ...) {
-    size_t used = strlen(r->log);
-    if (used + 1 >= r->log_size)
-        return;
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(r->log + used, r->log_size - used, fmt, ap);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (n < 0 || used + (size_t)n + 2 > r->log_size) {
-        r->log[used] = '\0';
+    if (n < 0 || (size_t)n >= sizeof line)
         return;
-    }
-    r->log[used + (size_t)n] = '\n';
-    r->log[used + (size_t)n + 1] = '\0';
+    append_line(r->log, r->log_size, line);
+}
+
+static bool is_batch_key(const char *path) {
+    return strcmp(path, "train_batch_size") == 0 ||
+           strcmp(path, "train_micro_batch_size_per_gpu") == 0 ||
+           strcmp(path, "gradient_accumulation_steps") == 0;
+}
+
+/* What the resolver did to a batch key, logged and kept for a batch error to quote (the parser's
+ * "Gradient accumulation steps: 0 has to be greater than 0" says nothing of where a value came
+ * from). */
+static void log_batch(resolver *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_batch(resolver *r, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof line)
+        return;
+    log_line(r, "ztrain: %s: %s", r->source, line);
+    append_line(r->batch_fills, r->batch_fills_size, line);
 }
 
 /* The object that holds the last component of a dotted path, and that component; NULL when a
@@ -80,7 +109,10 @@ static void fill(resolver *r, const char *path, cJSON *hf_val, const char *hf_ke
     char text[128];
     value_text(hf_val, text, sizeof text);
     if (is_auto(cur)) {
-        log_line(r, "ztrain: %s: \"auto\" %s = %s (%s)", r->source, path, text, hf_key);
+        if (is_batch_key(path))
+            log_batch(r, "\"auto\" %s = %s (%s)", path, text, hf_key);
+        else
+            log_line(r, "ztrain: %s: \"auto\" %s = %s (%s)", r->source, path, text, hf_key);
         cJSON_ReplaceItemInObjectCaseSensitive(node, key, hf_val);
         return;
     }
@@ -106,11 +138,11 @@ static cJSON *betas(const zt_training_args *a) {
     return cJSON_CreateDoubleArray(b, 2);
 }
 
-/* A key the config lacks, supplied (and logged) as the script would supply it. */
+/* A batch key the config lacks, supplied (and logged) as the script would supply it. */
 static void supply(resolver *r, cJSON *obj, const char *key, cJSON *v, const char *why) {
     char text[256];
     value_text(v, text, sizeof text);
-    log_line(r, "ztrain: %s: %s = %s (%s)", r->source, key, text, why);
+    log_batch(r, "%s = %s (%s)", key, text, why);
     cJSON_AddItemToObject(obj, key, v);
 }
 
@@ -126,18 +158,49 @@ static int zero_stage(const cJSON *root) {
     return (int)s->valuedouble;
 }
 
+/* The micro batch or accumulation the config fixes (a whole number >= 1, as the parser will
+ * take it) and its name, else the Trainer's argument: an argument the job leaves at its default is
+ * not compared with the config (docs/deepspeed.md), so the config's value is the one in force. */
+static double batch_factor(const resolver *r, const char *key, double arg, const char *arg_name,
+                           char *name, size_t name_size) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->root, key);
+    bool fixed = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 0x7fffffff &&
+                 v->valuedouble == floor(v->valuedouble);
+    snprintf(name, name_size, "%s %g", fixed ? key : arg_name, fixed ? v->valuedouble : arg);
+    return fixed ? v->valuedouble : arg;
+}
+
+/* HF's train_batch_size = world_size * per_device_train_batch_size * gradient_accumulation_steps,
+ * with the micro batch and accumulation in force (batch_factor): "auto" beside a fixed
+ * train_micro_batch_size_per_gpu 16 is 16 * world_size, not the default argument's 8, which
+ * DeepSpeed would refuse as 0 accumulation steps. Where the job gives the arguments, a config
+ * value that differs is the mismatch error in any case. */
+static void fill_train_batch(resolver *r, int world, bool given) {
+    const zt_training_args *a = r->args;
+    char micro[96], gas[96], why[256] = "train_batch_size (calculated)";
+    double tbs = world *
+                 batch_factor(r, "train_micro_batch_size_per_gpu", a->per_device_train_batch_size,
+                              "training_args.per_device_train_batch_size", micro, sizeof micro) *
+                 batch_factor(r, "gradient_accumulation_steps", a->gradient_accumulation_steps,
+                              "training_args.gradient_accumulation_steps", gas, sizeof gas);
+    if (is_auto(cJSON_GetObjectItemCaseSensitive(r->root, "train_batch_size")))
+        snprintf(why, sizeof why, "data-parallel size %d * %s * %s", world, micro, gas);
+    fill(r, "train_batch_size", cJSON_CreateNumber(tbs), why, given);
+}
+
 /* trainer_config_process: batch, clipping, optimizer and scheduler values, precision. */
 static void fill_from_args(resolver *r, int world) {
     const zt_training_args *a = r->args;
     bool pb = given(a, ZT_ARG_PER_DEVICE_TRAIN_BATCH_SIZE);
     bool gas = given(a, ZT_ARG_GRADIENT_ACCUMULATION_STEPS);
+    /* The job's text says when the value is the argument's default, which it never wrote. */
     fill(r, "train_micro_batch_size_per_gpu", cJSON_CreateNumber(a->per_device_train_batch_size),
-         "training_args.per_device_train_batch_size", pb);
+         pb ? "training_args.per_device_train_batch_size"
+            : "training_args.per_device_train_batch_size, not set: the Trainer's default", pb);
     fill(r, "gradient_accumulation_steps", cJSON_CreateNumber(a->gradient_accumulation_steps),
-         "training_args.gradient_accumulation_steps", gas);
-    double tbs = (double)world * a->per_device_train_batch_size * a->gradient_accumulation_steps;
-    fill(r, "train_batch_size", cJSON_CreateNumber(tbs),
-         "train_batch_size (calculated)", pb || gas);
+         gas ? "training_args.gradient_accumulation_steps"
+             : "training_args.gradient_accumulation_steps, not set: the Trainer's default", gas);
+    fill_train_batch(r, world, pb || gas);
     fill(r, "gradient_clipping", cJSON_CreateNumber(a->max_grad_norm), "training_args.max_grad_norm",
          given(a, ZT_ARG_MAX_GRAD_NORM));
     fill(r, "optimizer.params.lr", cJSON_CreateNumber(a->learning_rate), "training_args.learning_rate",
@@ -269,12 +332,13 @@ static zt_status supply_scheduler(resolver *r, const zt_ds_auto_context *ctx) {
 
 zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args,
                              const zt_ds_auto_context *ctx, const char *source, char *log,
-                             size_t log_size) {
-    ZT_ASSERT(log && log_size > 0);
-    log[0] = '\0';
+                             size_t log_size, char *batch_fills, size_t batch_fills_size) {
+    ZT_ASSERT(log && log_size > 0 && batch_fills && batch_fills_size > 0);
+    log[0] = batch_fills[0] = '\0';
     if (!cJSON_IsObject(root))
         return ZT_OK; /* the parser says what is wrong */
-    resolver r = {.root = root, .args = args, .source = source, .log = log, .log_size = log_size};
+    resolver r = {.root = root, .args = args, .source = source, .log = log, .log_size = log_size,
+                  .batch_fills = batch_fills, .batch_fills_size = batch_fills_size};
     supply_optimizer(&r);
     ZT_TRY(supply_scheduler(&r, ctx));
     fill_from_args(&r, ctx->world_size);

@@ -38,8 +38,10 @@ char *zt_ds_config_effective_json(const zt_ds_config *cfg, const cJSON *resolved
 zt_status zt_ds_strip_auto(cJSON *root, const char *source);
 
 /* Fills the "auto" values of root in place (see zt_ds_config_from_script); log receives the lines
- * for cfg->resolved. */
+ * for cfg->resolved, and batch_fills those of them about the batch keys, without the source
+ * prefix ("\"auto\" train_batch_size = 8 (...)"), for an error about the batch to quote. */
 zt_status zt_ds_resolve_auto(cJSON *root, const zt_training_args *args, const zt_ds_auto_context *ctx,
-                             const char *source, char *log, size_t log_size);
+                             const char *source, char *log, size_t log_size, char *batch_fills,
+                             size_t batch_fills_size);
 
 #endif

@@ -33,7 +33,7 @@ static zt_status torch_check(const zt_json_obj *p, const char *key, bool bad, co
         return ZT_OK;
     char msg[128];
     snprintf(msg, sizeof msg, fmt, v);
-    return zt_ds_fail(ZT_ERR_INVALID, p, key, "%s: %s: %s", p->source, p->path, msg);
+    return zt_ds_fail(ZT_ERR_INVALID, p, key, "%s: %s.%s: %s", p->source, p->path, key, msg);
 }
 
 /* "betas": a list of two numbers, as Adam and LAMB take it. */
@@ -72,10 +72,10 @@ static zt_status check_torch_switches(const zt_json_obj *p) {
     ZT_TRY(zt_json_get_bool(p, "foreach", &foreach, NULL));
     ZT_TRY(zt_json_get_bool(p, "differentiable", &differentiable, NULL));
     if (fused && differentiable)
-        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s: `fused` does not support "
+        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s.fused: `fused` does not support "
                           "`differentiable`", p->source, p->path);
     if (fused && foreach)
-        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s: `fused` and `foreach` cannot be "
+        return zt_ds_fail(ZT_ERR_INVALID, p, "fused", "%s: %s.fused: `fused` and `foreach` cannot be "
                           "`True` together.", p->source, p->path);
     return ZT_OK;
 }
@@ -222,7 +222,7 @@ static zt_status parse_sgd(zt_optimizer_config *o, const zt_json_obj *p) {
     ZT_TRY(torch_check(p, "momentum", o->momentum < 0, "Invalid momentum value: %g", o->momentum));
     ZT_TRY(torch_check(p, "weight_decay", o->weight_decay < 0, "Invalid weight_decay value: %g", o->weight_decay));
     if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
-        return zt_ds_fail(ZT_ERR_INVALID, p, "nesterov", "%s: %s: Nesterov momentum requires a momentum and zero dampening",
+        return zt_ds_fail(ZT_ERR_INVALID, p, "nesterov", "%s: %s.nesterov: Nesterov momentum requires a momentum and zero dampening",
                         p->source, p->path);
     return check_torch_switches(p);
 }

@@ -291,6 +291,15 @@ zt_status zt_ds_parse_precision(zt_ds_config *cfg, const zt_json_obj *top) {
             return zt_ds_fail(ZT_ERR_INVALID, &fp16, "loss_scale_window",
                               "%s: fp16.loss_scale_window must be greater than 0, got %d", top->source,
                               cfg->fp16.loss_scale_window);
+        /* DeepSpeed's scale is the Python int 2**power, and the backward multiplies the loss
+         * by it: torch converts at most 2**64 - 1 (OverflowError "int too big to convert" at the
+         * first backward). As a double, 2**1024 is inf, a scale that halving never lowers. */
+        if (cfg->fp16.initial_scale_power > 63)
+            return zt_ds_fail(ZT_ERR_INVALID, &fp16, "initial_scale_power",
+                              "%s: fp16.initial_scale_power must be at most 63, got %d (DeepSpeed's "
+                              "loss * 2**%d fails at the first backward: OverflowError: int too "
+                              "big to convert)", top->source, cfg->fp16.initial_scale_power,
+                              cfg->fp16.initial_scale_power);
         if (cfg->fp16.min_loss_scale <= 0)
             return zt_ds_fail(ZT_ERR_INVALID, &fp16, "min_loss_scale",
                               "%s: fp16.min_loss_scale must be greater than 0, got %g", top->source,

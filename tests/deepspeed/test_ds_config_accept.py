@@ -8,8 +8,8 @@ DeepSpeedCPUAdam with offload_optimizer, or torch.optim.AdamW/Adam with torch_ad
 by DeepSpeedConfig (the pydantic models that convert "2" to 2). ztrain judges the same DeepSpeed
 config in a job through zt_job_check. Pass conditions, per case:
   - DeepSpeed accepts: ztrain accepts, or the case is one ztrain refuses on purpose (docs/
-    deepspeed.md: amsgrad with torch_adam, not implemented) and its error names the
-    key;
+    deepspeed.md: amsgrad with torch_adam, not implemented; torch.optim's checks of lr, eps,
+    betas on FusedAdam's path too) and its error names the key;
   - DeepSpeed raises (TypeError from the constructor, "does not support the AMSGrad variant."):
     ztrain refuses, naming the key.
 
@@ -67,6 +67,15 @@ CASES = [
      "fp32_optimizer_states", "init", False),
     ("AdamW amsgrad", opt("AdamW", torch_adam=True, amsgrad=True), "amsgrad", "init", True),
     ("AdamW maximize", opt("AdamW", torch_adam=True, maximize=True), "maximize", "init", False),
+    # torch.optim's checks, with the key named; FusedAdam has none, refused on purpose.
+    ("AdamW lr < 0", dict(BASE, optimizer={"type": "AdamW", "params": {
+        "torch_adam": True, "lr": -0.01}}), "lr", "init", False),
+    ("AdamW betas >= 1", opt("AdamW", torch_adam=True, betas=[0.9, 1.0]), "betas", "init", False),
+    ("FusedAdam betas >= 1", opt("Adam", betas=[0.9, 1.5]), "betas", "init", True),
+    ("FusedAdam eps < 0", opt("Adam", eps=-1e-8), "eps", "init", True),
+    ("SGD nesterov without momentum", opt("SGD", nesterov=True), "nesterov", "init", False),
+    # The engine's (step + 1) % steps_per_print after the first step.
+    ("steps_per_print 0", opt("Adam", {"steps_per_print": 0}), "steps_per_print", "init", False),
     ("SGD maximize", opt("SGD", maximize=True, momentum=0.9), "maximize", "init", False),
     ("CPUAdam set_grad_none", opt("Adam", OFFLOAD, set_grad_none=True), "set_grad_none", "init",
      False),

@@ -92,8 +92,32 @@ def cases():
         yield stage, {"enabled": True, "loss_scale": 128}, "o..o.o" * 4
 
 
+def deepspeed_backward_error(cfg):
+    """What the scaler's first backward raises (loss * the scale, a Python int 2**power), or
+    None."""
+    f = DeepSpeedConfig(cfg).float16_config
+    scaler = CreateLossScaler(torch.half, f.loss_scale, True, f.dynamic_loss_scale_args())
+    x = torch.tensor(1.0, requires_grad=True)
+    try:
+        scaler.backward(x * 2)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 ck = Checker()
 with tempfile.TemporaryDirectory() as tmp:
+    # The initial scale's range: DeepSpeed fails at the first backward from 2**64 on; ztrain
+    # refuses the config there, naming the key, and runs 2**63.
+    for stage, power in ((0, 63), (1, 63), (0, 64), (2, 64), (1, 1024)):
+        cfg = {"train_batch_size": 2, "zero_optimization": {"stage": stage},
+               "fp16": {"enabled": True, "initial_scale_power": power}}
+        ds_err = deepspeed_backward_error(cfg)
+        zt, zt_err, rc = ztrain_scales(tmp, cfg, "o.")
+        ck.check((rc not in (0, 3)) == (ds_err is not None) and
+                 (ds_err is None or "initial_scale_power" in (zt_err or "")),
+                 f"stage {stage}, initial_scale_power {power}: DeepSpeed's first backward "
+                 f"{ds_err or 'runs'}; ztrain {zt_err or 'runs'}")
     for stage, fp16, pattern in cases():
         cfg = {"train_batch_size": 2, "fp16": fp16, "zero_optimization": {"stage": stage}}
         ds, ds_err = deepspeed_scales(cfg, pattern)

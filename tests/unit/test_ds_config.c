@@ -147,6 +147,10 @@ static void test_defaults(void) {
     /* Values set explicitly to their defaults, and the 5e8 number form. */
     if (OK("{\"train_batch_size\": 8, \"steps_per_print\": null}", 1, &cfg))
         CHECK(cfg.steps_per_print == 0);
+    /* DeepSpeed's engine computes (step + 1) % steps_per_print: ZeroDivisionError. */
+    ERR("{\"train_batch_size\": 8, \"steps_per_print\": 0}", 1, ZT_ERR_INVALID,
+        "ds.json: key 'steps_per_print' must not be 0: DeepSpeed's (step + 1) % steps_per_print is "
+        "ZeroDivisionError at the first step (leave it out or null for no step line)");
     if (OK("{\"train_batch_size\": 8, \"steps_per_print\": 50, \"gradient_clipping\": 0.5, "
            "\"fp16\": {\"enabled\": false, \"loss_scale\": 0}, \"bf16\": {\"enabled\": false}, "
            "\"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 2e8, "
@@ -265,10 +269,10 @@ static void test_optimizer(void) {
         CHECK_NEAR(c.optimizer.weight_decay, 1e-4);
     }
     ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"nesterov\": true}}}", 1,
-        ZT_ERR_INVALID, "ds.json: optimizer.params: Nesterov momentum requires a momentum and zero dampening");
+        ZT_ERR_INVALID, "ds.json: optimizer.params.nesterov: Nesterov momentum requires a momentum and zero dampening");
     ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"momentum\": 0.9, \"dampening\": 0.1, "
         "\"nesterov\": true}}}", 1, ZT_ERR_INVALID,
-        "ds.json: optimizer.params: Nesterov momentum requires a momentum and zero dampening");
+        "ds.json: optimizer.params.nesterov: Nesterov momentum requires a momentum and zero dampening");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3, \"max_grad_norm\": 1.0}}}",
         1, ZT_ERR_INVALID,
         "ds.json: 'max_grad_norm' is not supported as an optimizer parameter, please switch to using "
@@ -295,9 +299,9 @@ static void test_optimizer(void) {
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9]}}}", 1, ZT_ERR_INVALID,
         "ds.json: key 'optimizer.params.betas' must be a list of two numbers, got [0.9]");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.0]}}}", 1,
-        ZT_ERR_INVALID, "ds.json: optimizer.params: Invalid beta parameter at index 1: 1");
+        ZT_ERR_INVALID, "ds.json: optimizer.params.betas: Invalid beta parameter at index 1: 1");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -0.001}}}", 1, ZT_ERR_INVALID,
-        "ds.json: optimizer.params: Invalid learning rate: -0.001");
+        "ds.json: optimizer.params.lr: Invalid learning rate: -0.001");
     ERR("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}}}", 1,
         ZT_ERR_INVALID, "ds.json: optimizer.params.amsgrad: FusedAdam does not support the AMSGrad "
         "variant.");
@@ -343,7 +347,7 @@ static void test_adam_classes(void) {
         CHECK(c.optimizer.torch_adam && c.optimizer.adam_w_mode && c.optimizer.bias_correction);
     ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
         "\"foreach\": true, \"fused\": true}}}", 1, ZT_ERR_INVALID,
-        "ds.json: optimizer.params: `fused` and `foreach` cannot be `True` together.");
+        "ds.json: optimizer.params.fused: `fused` and `foreach` cannot be `True` together.");
     ERR("{" B "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"torch_adam\": true, "
         "\"amsgrad\": true}}}", 1, ZT_ERR_UNSUPPORTED,
         "ds.json: optimizer.params.amsgrad: true is not supported: DeepSpeed builds "
@@ -384,7 +388,7 @@ static void test_adam_classes(void) {
         CHECK(!c.optimizer.maximize);
     ERR("{" B "\"optimizer\": {\"type\": \"SGD\", \"params\": {\"fused\": true, "
         "\"differentiable\": true}}}", 1, ZT_ERR_INVALID,
-        "ds.json: optimizer.params: `fused` does not support `differentiable`");
+        "ds.json: optimizer.params.fused: `fused` does not support `differentiable`");
 }
 
 #define ADAM6 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 6e-4}}, "
@@ -893,6 +897,7 @@ static void field_at(int line, const char *json, const char *want) {
 #define FIELD(json, want) field_at(__LINE__, json, want)
 
 static void test_error_fields(void) {
+    zt_ds_config c;
     FIELD("{" B "\"timers\": {\"throughput\": {\"synchronized\": \"x\"}}}",
           "timers.throughput.synchronized");
     FIELD("{" B "\"optimizer\": {\"type\": \"OneBitLamb\"}}", "optimizer.type");
@@ -906,6 +911,19 @@ static void test_error_fields(void) {
     FIELD("{" B "\"zero_optimization\": {\"stage\": 1}, \"fp16\": {\"enabled\": true, "
           "\"hysteresis\": 0}}", "fp16.hysteresis");
     FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale_window\": 0}}", "fp16.loss_scale_window");
+    /* DeepSpeed's loss * 2**64 (a Python int) is torch's OverflowError at the first backward;
+     * 2**63 converts, as does any power with a static scale or fp16 off. As a double 2**1024 is
+     * inf, which halving never lowers: every step would be skipped. */
+    FIELD("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 1024}}",
+          "fp16.initial_scale_power");
+    ERR("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 64}}", 1, ZT_ERR_INVALID,
+        "ds.json: fp16.initial_scale_power must be at most 63, got 64 (DeepSpeed's loss * 2**64 "
+        "fails at the first backward: OverflowError: int too big to convert)");
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 63}}", 1, &c))
+        CHECK(c.fp16.initial_scale_power == 63);
+    if (OK("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": 8, \"initial_scale_power\": 1024}}",
+           1, &c))
+        CHECK(c.fp16.loss_scale == 8);
     FIELD("{" B "\"fp16\": {\"enabled\": true, \"loss_scale\": -1}}", "fp16.loss_scale");
     FIELD("{" B "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"betas\": [0.9, 1.5]}}}",
           "optimizer.params.betas");

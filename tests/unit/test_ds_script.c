@@ -174,6 +174,56 @@ static void test_resolution(void) {
         zt_job_spec_free(&job);
 }
 
+/* "auto" train_batch_size beside a micro batch or accumulation the config fixes, the job setting
+ * no argument: HF's world_size * per_device_train_batch_size * gradient_accumulation_steps with
+ * the values in force (an argument left at its default is not compared, so the config's stands),
+ * not the default 8, from which DeepSpeed infers 16 // 8 = 0 accumulation steps (or silently 2
+ * for a micro batch of 4). A batch refusal after a fill quotes the fill. */
+static void test_auto_train_batch(void) {
+    static const struct {
+        const char *batch;
+        int world, train, micro, gas;
+    } cases[] = {
+        {"\"train_micro_batch_size_per_gpu\": 16", 1, 16, 16, 1},
+        {"\"train_micro_batch_size_per_gpu\": 4", 2, 8, 4, 1},
+        {"\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 16", 3, 96, 2, 16},
+        {"\"train_micro_batch_size_per_gpu\": 16, \"gradient_accumulation_steps\": \"auto\"", 2, 32,
+         16, 1},
+        {"\"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": 4", 1, 32, 8,
+         4},
+        {"\"gradient_accumulation_steps\": 3", 2, 48, 8, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"world_size\": %d, " MODEL ", \"deepspeed\": "
+                 "{\"train_batch_size\": \"auto\", %s}}", cases[i].world, cases[i].batch);
+        zt_job_spec job;
+        if (!PARSE(json, &job))
+            continue;
+        const zt_ds_config *d = &job.ds;
+        CHECK(d->train_batch_size == cases[i].train && d->train_micro_batch_size_per_gpu ==
+              cases[i].micro && d->gradient_accumulation_steps == cases[i].gas,
+              "%s on %d ranks: batch %d %d %d", cases[i].batch, cases[i].world, d->train_batch_size,
+              d->train_micro_batch_size_per_gpu, d->gradient_accumulation_steps);
+        zt_job_spec_free(&job);
+    }
+    zt_job_spec job;
+    if (PARSE("{" MODEL ", \"deepspeed\": {\"train_batch_size\": \"auto\", "
+              "\"train_micro_batch_size_per_gpu\": 16}}", &job)) {
+        CHECK(count(job.ds.resolved, "\"auto\" train_batch_size = 16 (data-parallel size 1 * "
+                    "train_micro_batch_size_per_gpu 16 * training_args.gradient_accumulation_steps 1)")
+              == 1, "%s", job.ds.resolved);
+        zt_job_spec_free(&job);
+    }
+    ERR("{" MODEL ", \"deepspeed\": {\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": "
+        "\"auto\"}}", ZT_ERR_INVALID,
+        "job.json: deepspeed: Gradient accumulation steps: 0 has to be greater than 0 (the batch keys "
+        "ztrain filled, as the Trainer does: \"auto\" train_micro_batch_size_per_gpu = 8 "
+        "(training_args.per_device_train_batch_size, not set: the Trainer's default))");
+    CHECK(strcmp(zt_last_error_field(), "deepspeed.gradient_accumulation_steps") == 0, "field %s",
+          zt_last_error_field());
+}
+
 /* Warnings are collected once per key, in order, for the caller to print once per job. */
 static void test_warnings_once(void) {
     zt_job_spec job;
@@ -238,6 +288,7 @@ int main(void) {
     test_key_table();
     test_training_args_checks();
     test_resolution();
+    test_auto_train_batch();
     test_warmup_steps();
     test_warnings_once();
     return check_summary("test_ds_script");
