@@ -4,6 +4,7 @@
  * Chart is the global of Debian's Chart.js build, which index.html loads with a classic script
  * ahead of the modules; tests reach the charts through Chart.getChart(canvas), and each dataset
  * carries ztKey (its metric key) and ztRole ("raw" or "smoothed") for them. */
+import {updateChart} from './chart_update.js';
 import {$, setText} from './dom.js';
 import {fmtClock, isNum} from './format.js';
 import {SeriesGroup} from './series_store.js';
@@ -83,8 +84,11 @@ export class JobCharts {
     this.allDirty = false;
 
     for (const [name, def] of Object.entries(CHARTS)) this.makeChart(name, def);
-    /* Charts with no data show "no data" from the start. */
-    for (const chart of Object.values(this.charts)) chart.canvas.parentElement.classList.add('no-data');
+    /* Charts with no data show "no data" from the start, and say so to a screen reader. */
+    for (const chart of Object.values(this.charts)) {
+      chart.canvas.parentElement.classList.add('no-data');
+      updateChart(chart);
+    }
     this.bindControls();
   }
 
@@ -152,7 +156,7 @@ export class JobCharts {
               ch.data.datasets.forEach((d, i) => {
                 if (d.ztKey === key) ch.setDatasetVisibility(i, show);
               });
-              ch.update('none');
+              updateChart(ch);
             },
           },
           tooltip: {
@@ -186,7 +190,7 @@ export class JobCharts {
       this.logLoss = e.target.checked;
       const chart = this.charts.loss;
       chart.options.scales.y.type = this.logLoss ? 'logarithmic' : 'linear';
-      chart.update('none');
+      updateChart(chart);
     });
 
     const smoothingOut = tid('smoothing-value');
@@ -283,7 +287,7 @@ export class JobCharts {
       chart.canvas.parentElement.classList.toggle('no-data', empty);
       const named = chart.data.datasets.filter((d) => d.ztLegend && d.data.length > 0);
       chart.options.plugins.legend.display = named.length > 1;
-      chart.update('none');
+      updateChart(chart);
     }
     this.onFlush();
   }

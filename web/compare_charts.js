@@ -5,6 +5,7 @@
  * Each dataset carries ztKey (its metric key), ztJob (its job id) and ztRole "raw", and its
  * points {x, y, step, t}, so that the browser test reads them through Chart.getChart(canvas).
  * Lines are raw values, as the API has them: smoothing would hide which run is which. */
+import {updateChart} from './chart_update.js';
 import {CHARTS} from './charts.js';
 import {$, setText} from './dom.js';
 import {fmtClock, isNum} from './format.js';
@@ -139,7 +140,7 @@ export class CompareCharts {
         chart.options.scales.y1.display = chart.data.datasets.some((ds) => ds.yAxisID === 'y1' && ds.data.length);
       }
       chart.canvas.parentElement.classList.toggle('no-data', empty);
-      chart.update('none');
+      updateChart(chart);
     }
     const y1 = this.charts.tflops && this.charts.tflops.options.scales.y1;
     const hint = $(this.root, '[data-field="mfu-hint"]');

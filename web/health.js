@@ -1,5 +1,9 @@
-/* The daemon's health line in the top bar. /healthz needs no token, so it is fetched directly
- * rather than through api.js: it shows even while the page waits for a token. */
+/* The daemon's health line in the top bar, on every view: refreshed every HEALTH_POLL_MS (and by
+ * the jobs page after each of its polls), so that it says "unreachable" while ztraind is down and
+ * "ok" again once it is back. /healthz needs no token, so it is fetched directly rather than
+ * through api.js: it shows even while the page waits for a token. */
+
+const HEALTH_POLL_MS = 5000;
 
 export async function refreshHealth() {
   const el = document.getElementById('health');
@@ -10,4 +14,10 @@ export async function refreshHealth() {
   } catch (e) {
     el.textContent = 'ztraind unreachable';
   }
+}
+
+/* Refreshes the line now and then every HEALTH_POLL_MS, one request at a time. */
+export async function followHealth() {
+  await refreshHealth();
+  setTimeout(followHealth, HEALTH_POLL_MS);
 }
