@@ -108,10 +108,26 @@ export function jobFromApi(j) {
     idempotency_key: j.idempotencyKey || '', submitter: j.submitter || '',
     submitter_scope: j.submitterScope || '', spec,
   };
-  /* The remaining time at the average pace so far, for a running job past its first step. */
-  job.eta_ms = job.state === 'RUNNING' && job.max_steps > 0 && job.step > 0 && job.elapsed_ms > 0
-    ? Math.max(0, Math.floor((job.max_steps - job.step) * job.elapsed_ms / job.step)) : null;
+  job.eta_ms = etaMs(job);
   return job;
+}
+
+/* The remaining time of a running job at the pace of its current attempt: the steps it made
+ * since its ranks last started (from a checkpoint's step, for a restart or a fork) over the time
+ * since then, on the server's clock. The pace since the job's start counted a fork's inherited
+ * steps as made in no time (a fork from step 10,000 was given a hundredth of its ETA) and a
+ * restart's lost attempt as progress. null before the attempt's first step. */
+function etaMs(job) {
+  if (job.state !== 'RUNNING' || !(job.max_steps > 0) || !(job.elapsed_ms > 0)) return null;
+  const current = job.attempts[job.attempts.length - 1];
+  const from = current ? current.resumed_from_step : 0;
+  let ms = job.elapsed_ms;
+  if (current && current.started_unix_ms > 0 && job.started_unix_ms > 0) {
+    ms -= current.started_unix_ms - job.started_unix_ms;
+  }
+  const done = job.step - from;
+  if (!(done > 0) || !(ms > 0)) return null;
+  return Math.max(0, Math.floor((job.max_steps - job.step) * ms / done));
 }
 
 /* A MetricRecord: {step, time_unix_ms, values: {key: number}}. */
