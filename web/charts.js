@@ -142,23 +142,8 @@ export class JobCharts {
         scales,
         plugins: {
           decimation: {enabled: true, algorithm: 'min-max'},
-          legend: {
-            display: false,
-            labels: {boxWidth: 12, filter: (item, data) => {
-              const d = data.datasets[item.datasetIndex];
-              return d.ztLegend && d.data.length > 0;
-            }},
-            /* A legend entry stands for a key: hiding it hides its raw and smoothed lines. */
-            onClick: (e, item, legend) => {
-              const ch = legend.chart;
-              const key = ch.data.datasets[item.datasetIndex].ztKey;
-              const show = !ch.isDatasetVisible(item.datasetIndex);
-              ch.data.datasets.forEach((d, i) => {
-                if (d.ztKey === key) ch.setDatasetVisibility(i, show);
-              });
-              updateChart(ch);
-            },
-          },
+          /* The legend is chart_update.js's buttons (chart.$ztLegend). */
+          legend: {display: false},
           tooltip: {
             filter: (item) => !(item.dataset.ztRole === 'smoothed' && this.smoothing === 0),
             callbacks: {
@@ -286,7 +271,7 @@ export class JobCharts {
       }
       chart.canvas.parentElement.classList.toggle('no-data', empty);
       const named = chart.data.datasets.filter((d) => d.ztLegend && d.data.length > 0);
-      chart.options.plugins.legend.display = named.length > 1;
+      chart.$ztLegend = named.length > 1;
       updateChart(chart);
     }
     this.onFlush();

@@ -74,7 +74,7 @@ function chartCard(title, testid, wide) {
 }
 
 function lineChart(canvas, bytes, stacked) {
-  return new Chart(canvas, {
+  const chart = new Chart(canvas, {
     type: 'line',
     data: {datasets: []},
     options: {
@@ -91,7 +91,8 @@ function lineChart(canvas, bytes, stacked) {
         /* Thinning what is drawn (not the data) as the main charts do; the stacked breakdown
          * is drawn whole, as its bands must stay aligned point for point. */
         decimation: {enabled: !stacked, algorithm: 'min-max'},
-        legend: {display: true, labels: {boxWidth: 12}},
+        /* The legend is chart_update.js's buttons (chart.$ztLegend). */
+        legend: {display: false},
         tooltip: {callbacks: {
           title: (items) => (items.length ? `step ${items[0].raw.step}` : ''),
           label: (item) => `${item.dataset.label}: ${bytes ? fmtBytes(item.raw.y) : String(item.raw.y)}`,
@@ -99,6 +100,8 @@ function lineChart(canvas, bytes, stacked) {
       },
     },
   });
+  chart.$ztLegend = true;
+  return chart;
 }
 
 export class SystemPanel {

@@ -14,7 +14,11 @@ its charts, in headless Chromium against a real ztraind; the daemon's JSON API i
      says "no data". They said only "Loss chart".
   c. A constant learning rate gets a y axis around its value, as Chart.js 4 does (5% either
      side): Debian's Chart.js 3 drew 1e-3 on an axis from -1 to 1.5, where it read as 0.
-  d. The top bar's health line follows the daemon on a job page: "ztraind unreachable" while it
+  d. A chart's legend is reached with Tab: from the smoothing slider, Tab comes to the loss
+     chart's "eval loss" entry; Space hides the eval loss line (and takes it out of the text
+     alternative, the button no longer pressed), Enter shows it again. The legend was drawn on
+     the canvas, where only a mouse could use it.
+  e. The top bar's health line follows the daemon on a job page: "ztraind unreachable" while it
      is down, "ztraind ok" once it is back. It was only refreshed by the jobs page's polling,
      so elsewhere it kept saying "ok" with the counts of when the page was opened."""
 import math
@@ -30,6 +34,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from svc import BUILD, TERMINAL, Checker, Daemon, submit, temp_dir, tiny_job, wait_state, write_data  # noqa: E402
 
 from page import api, api_series, q, start_browser, wait_until  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 ck = Checker()
 HOSTILE = '<img src=x onerror="window.__xss=1">' + "L" * 90
@@ -148,16 +154,43 @@ def case_flat_axis(drv, d, plain_id):
              f"c: the constant learning rate {lr} is drawn on an axis around it: {scale}")
 
 
+def case_legend(drv, d, plain_id):
+    open_view(drv, f"{d.http_url}/#/jobs/{plain_id}")
+    q(drv, "smoothing").click()
+    reached = None
+    for _ in range(6):
+        ActionChains(drv).send_keys(Keys.TAB).perform()
+        el = drv.switch_to.active_element
+        if el.text == "eval loss" and el.get_attribute("class") == "legend-item":
+            reached = el
+            break
+    ck.check(reached is not None and reached.get_attribute("aria-pressed") == "true",
+             "d: Tab reaches the loss chart's 'eval loss' legend entry, pressed")
+    if reached is None:
+        return
+    shown = ("return (c => c.data.datasets.map((d, i) => [d.ztKey, c.isDatasetVisible(i)]))"
+             "(Chart.getChart(document.querySelector('[data-testid=\"chart-loss\"]')));")
+    ActionChains(drv).send_keys(Keys.SPACE).perform()
+    hidden = drv.execute_script(shown)
+    label = chart_label(drv, "chart-loss")
+    ck.check(["eval/loss", False] in hidden and ["train/loss", True] in hidden and
+             "eval loss" not in label and reached.get_attribute("aria-pressed") == "false",
+             f"d: Space hides the eval loss line ({hidden}; {label!r})")
+    ActionChains(drv).send_keys(Keys.ENTER).perform()
+    ck.check(["eval/loss", True] in drv.execute_script(shown) and
+             "eval loss" in chart_label(drv, "chart-loss"), "d: Enter shows it again")
+
+
 def case_health(drv, d, plain_id):
     open_view(drv, f"{d.http_url}/#/jobs/{plain_id}")
     ok = wait_until(lambda: q(drv, "health").text.startswith("ztraind ok"), 10)
     d.kill()
     down = wait_until(lambda: q(drv, "health").text == "ztraind unreachable", 15)
-    ck.check(ok and down, f"d: on a job page the health line says the daemon is down: "
+    ck.check(ok and down, f"e: on a job page the health line says the daemon is down: "
              f"{q(drv, 'health').text!r}")
     d.start()
     back = wait_until(lambda: q(drv, "health").text.startswith("ztraind ok"), 15)
-    ck.check(back, f"d: and that it is back: {q(drv, 'health').text!r}")
+    ck.check(back, f"e: and that it is back: {q(drv, 'health').text!r}")
 
 
 def main():
@@ -178,6 +211,7 @@ def main():
             case_hostile(drv, d, named_id, failing_id, plain_id)
             case_text_alternatives(drv, d, plain_id)
             case_flat_axis(drv, d, plain_id)
+            case_legend(drv, d, plain_id)
             case_health(drv, d, plain_id)
     finally:
         drv.quit()
