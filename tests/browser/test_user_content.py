@@ -20,7 +20,9 @@ its charts, in headless Chromium against a real ztraind; the daemon's JSON API i
      the canvas, where only a mouse could use it.
   e. The top bar's health line follows the daemon on a job page: "ztraind unreachable" while it
      is down, "ztraind ok" once it is back. It was only refreshed by the jobs page's polling,
-     so elsewhere it kept saying "ok" with the counts of when the page was opened."""
+     so elsewhere it kept saying "ok" with the counts of when the page was opened. It is a
+     live region, and on the jobs page, nothing changing, it is not rewritten (it was, every
+     1.5 s, for a screen reader to read out again)."""
 import math
 import os
 import re
@@ -182,6 +184,15 @@ def case_legend(drv, d, plain_id):
 
 
 def case_health(drv, d, plain_id):
+    drv.get(f"{d.http_url}/#/")
+    wait_until(lambda: q(drv, "health").text.startswith("ztraind ok"), 10)
+    drv.execute_script("window.__healthWrites = 0; new MutationObserver((m) => "
+                       "{ window.__healthWrites += m.length; }).observe("
+                       "document.getElementById('health'), {childList: true, "
+                       "characterData: true, subtree: true});")
+    time.sleep(7)
+    writes = drv.execute_script("return window.__healthWrites;")
+    ck.check(writes == 0, f"e: an unchanged health line is not rewritten ({writes} writes in 7 s)")
     open_view(drv, f"{d.http_url}/#/jobs/{plain_id}")
     ok = wait_until(lambda: q(drv, "health").text.startswith("ztraind ok"), 10)
     d.kill()
