@@ -13,9 +13,10 @@
 export const fmtValue = (v) => String(Number(v.toPrecision(4)));
 
 /* Sets each y axis that draws one finite value only, other than 0, to that value ± 5%; other
- * axes are left to Chart.js. */
+ * axes are left to Chart.js. The bounds go in the chart's own configuration (chart.config),
+ * which chart.options resolves from. */
 function fitFlatAxes(chart) {
-  for (const [id, scale] of Object.entries(chart.options.scales)) {
+  for (const [id, scale] of Object.entries(chart.config.options.scales)) {
     if (id === 'x') continue;
     let lo = Infinity;
     let hi = -Infinity;

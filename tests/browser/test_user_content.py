@@ -154,6 +154,16 @@ def case_flat_axis(drv, d, plain_id):
     ck.check(values and all(v == lr for v in values) and
              scale[0] > 0 and scale[0] <= lr <= scale[1] and scale[1] - scale[0] <= 0.11 * lr,
              f"c: the constant learning rate {lr} is drawn on an axis around it: {scale}")
+    # The line no longer flat (its last point doubled), the axis is Chart.js's own again.
+    scale = drv.execute_async_script(
+        "const done = arguments[0];"
+        "const c = Chart.getChart(document.querySelector('[data-testid=\"chart-lr\"]'));"
+        "import('/static/chart_update.js').then((m) => {"
+        "  const d = c.data.datasets[0].data; d[d.length - 1] = Object.assign({}, d[d.length - 1],"
+        "    {y: 2 * d[0].y});"
+        "  m.updateChart(c); done([c.scales.y.min, c.scales.y.max]); });")
+    ck.check(0.00096 <= scale[0] <= 0.001 and scale[1] >= 0.002,
+             f"c: once the line varies its axis is Chart.js's own, not held to 0.00095: {scale}")
 
 
 def case_legend(drv, d, plain_id):
