@@ -8,10 +8,11 @@
  *   banner.js     the message banner;  health.js  the daemon's health line
  *   jobs_page.js  #/ : the jobs table;  job_page.js  #/jobs/<id> : one job
  *   compare_page.js  #/compare?jobs=<id>,<id> : jobs side by side (compare_charts.js, json_diff.js)
- *   charts.js     the job page's charts;  format.js, dom.js  shared helpers */
+ *   charts.js     the job page's charts;  chart_update.js  what every chart does when redrawn
+ *   format.js, dom.js  shared helpers */
 import {clearBanner} from './banner.js';
 import {compareView} from './compare_page.js';
-import {refreshHealth} from './health.js';
+import {followHealth} from './health.js';
 import {jobView} from './job_page.js';
 import {jobsView} from './jobs_page.js';
 import {initTokenPanel} from './token.js';
@@ -52,4 +53,4 @@ window.addEventListener('hashchange', () => {
   main.focus({preventScroll: true});
 });
 route();
-refreshHealth();
+followHealth();

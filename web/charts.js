@@ -4,6 +4,7 @@
  * Chart is the global of Debian's Chart.js build, which index.html loads with a classic script
  * ahead of the modules; tests reach the charts through Chart.getChart(canvas), and each dataset
  * carries ztKey (its metric key) and ztRole ("raw" or "smoothed") for them. */
+import {updateChart} from './chart_update.js';
 import {$, setText} from './dom.js';
 import {fmtClock, isNum} from './format.js';
 import {SeriesGroup} from './series_store.js';
@@ -83,8 +84,11 @@ export class JobCharts {
     this.allDirty = false;
 
     for (const [name, def] of Object.entries(CHARTS)) this.makeChart(name, def);
-    /* Charts with no data show "no data" from the start. */
-    for (const chart of Object.values(this.charts)) chart.canvas.parentElement.classList.add('no-data');
+    /* Charts with no data show "no data" from the start, and say so to a screen reader. */
+    for (const chart of Object.values(this.charts)) {
+      chart.canvas.parentElement.classList.add('no-data');
+      updateChart(chart);
+    }
     this.bindControls();
   }
 
@@ -138,23 +142,8 @@ export class JobCharts {
         scales,
         plugins: {
           decimation: {enabled: true, algorithm: 'min-max'},
-          legend: {
-            display: false,
-            labels: {boxWidth: 12, filter: (item, data) => {
-              const d = data.datasets[item.datasetIndex];
-              return d.ztLegend && d.data.length > 0;
-            }},
-            /* A legend entry stands for a key: hiding it hides its raw and smoothed lines. */
-            onClick: (e, item, legend) => {
-              const ch = legend.chart;
-              const key = ch.data.datasets[item.datasetIndex].ztKey;
-              const show = !ch.isDatasetVisible(item.datasetIndex);
-              ch.data.datasets.forEach((d, i) => {
-                if (d.ztKey === key) ch.setDatasetVisibility(i, show);
-              });
-              ch.update('none');
-            },
-          },
+          /* The legend is chart_update.js's buttons (chart.$ztLegend). */
+          legend: {display: false},
           tooltip: {
             filter: (item) => !(item.dataset.ztRole === 'smoothed' && this.smoothing === 0),
             callbacks: {
@@ -186,7 +175,7 @@ export class JobCharts {
       this.logLoss = e.target.checked;
       const chart = this.charts.loss;
       chart.options.scales.y.type = this.logLoss ? 'logarithmic' : 'linear';
-      chart.update('none');
+      updateChart(chart);
     });
 
     const smoothingOut = tid('smoothing-value');
@@ -282,8 +271,8 @@ export class JobCharts {
       }
       chart.canvas.parentElement.classList.toggle('no-data', empty);
       const named = chart.data.datasets.filter((d) => d.ztLegend && d.data.length > 0);
-      chart.options.plugins.legend.display = named.length > 1;
-      chart.update('none');
+      chart.$ztLegend = named.length > 1;
+      updateChart(chart);
     }
     this.onFlush();
   }

@@ -4,8 +4,12 @@
  *
  * Each dataset carries ztKey (its metric key), ztJob (its job id) and ztRole "raw", and its
  * points {x, y, step, t}, so that the browser test reads them through Chart.getChart(canvas).
- * Lines are raw values, as the API has them: smoothing would hide which run is which. */
-import {CHARTS} from './charts.js';
+ * Lines are raw values, as the API has them: smoothing would hide which run is which. Each job's
+ * lines are bounded as the job page's are (series_store.js: MAX_POINTS points, one step stride
+ * for the job), so a comparison of long jobs holds and redraws a few thousand points. */
+import {updateChart} from './chart_update.js';
+import {CHARTS, MAX_POINTS} from './charts.js';
+import {SeriesGroup} from './series_store.js';
 import {$, setText} from './dom.js';
 import {fmtClock, isNum} from './format.js';
 
@@ -23,13 +27,21 @@ export class CompareCharts {
     this.jobs = jobs;
     this.xMode = 'step';
     this.logLoss = false;
-    /* job id -> {t0: wall-time origin (Unix ms) or null, keys: Map key -> Map step -> point} */
-    this.data = new Map(jobs.map((j) => [j.id, {t0: null, keys: new Map()}]));
+    /* job id -> {t0: wall-time origin (Unix ms) or null, keys: Map key -> Series of points
+     * {step, t, y}}, for the charted keys alone */
+    this.data = new Map(jobs.map((j) => [j.id, {t0: null, keys: this.chartedSeries()}]));
     this.charts = {};
     for (const canvas of root.querySelectorAll('canvas[data-chart]')) {
       const def = CHARTS[canvas.dataset.chart];
       if (def) this.makeChart(canvas, def);
     }
+  }
+
+  /* A bounded series per charted key, sharing one step stride. */
+  chartedSeries() {
+    const group = new SeriesGroup(MAX_POINTS);
+    const keys = Object.values(CHARTS).flatMap((c) => c.series.map((s) => s.key));
+    return new Map(keys.map((k) => [k, group.series()]));
   }
 
   xTitle() {
@@ -94,17 +106,15 @@ export class CompareCharts {
     if (d && isNum(ms) && d.t0 !== ms) d.t0 = ms;
   }
 
-  /* Adds one record of a job ({step, time_unix_ms, values}); a step seen before is replaced,
-   * as a replayed record would be. Call redraw() after a batch. */
+  /* Adds one record of a job ({step, time_unix_ms, values}), in step order; a step seen before
+   * is replaced, as a replayed record would be. Call redraw() after a batch. */
   addRecord(jobId, rec) {
     const d = this.data.get(jobId);
     if (!d || !isNum(rec.step)) return;
     if (d.t0 === null && isNum(rec.time_unix_ms)) d.t0 = rec.time_unix_ms;
-    for (const [key, v] of Object.entries(rec.values || {})) {
-      if (!isNum(v)) continue;
-      let byStep = d.keys.get(key);
-      if (!byStep) d.keys.set(key, (byStep = new Map()));
-      byStep.set(rec.step, {step: rec.step, t: rec.time_unix_ms, y: v});
+    for (const [key, series] of d.keys) {
+      const v = (rec.values || {})[key];
+      if (isNum(v)) series.add({step: rec.step, t: rec.time_unix_ms, y: v});
     }
   }
 
@@ -124,14 +134,13 @@ export class CompareCharts {
     this.redraw();
   }
 
-  /* Rebuilds every dataset from the points held, sorted by step. */
+  /* Rebuilds every dataset from the points held. */
   redraw() {
     for (const chart of Object.values(this.charts)) {
       let empty = true;
       for (const ds of chart.data.datasets) {
         const d = this.data.get(ds.ztJob);
-        const byStep = d.keys.get(ds.ztKey);
-        const pts = byStep ? [...byStep.values()].sort((a, b) => a.step - b.step) : [];
+        const pts = d.keys.get(ds.ztKey).points;
         ds.data = pts.map((p) => ({x: this.xOf(d, p), y: p.y, step: p.step, t: p.t}));
         if (pts.length) empty = false;
       }
@@ -139,7 +148,7 @@ export class CompareCharts {
         chart.options.scales.y1.display = chart.data.datasets.some((ds) => ds.yAxisID === 'y1' && ds.data.length);
       }
       chart.canvas.parentElement.classList.toggle('no-data', empty);
-      chart.update('none');
+      updateChart(chart);
     }
     const y1 = this.charts.tflops && this.charts.tflops.options.scales.y1;
     const hint = $(this.root, '[data-field="mfu-hint"]');

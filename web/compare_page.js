@@ -4,11 +4,15 @@
  * its URL (the jobs, the x axis, the loss scale, whether unchanged keys show), so a copied link
  * opens the same view.
  *
- * Each job's history is read once from /records and then followed by polling while the job
- * runs (a comparison of many jobs would otherwise hold an event stream per job). */
-import {TERMINAL, apiJson, jobPath, reportError} from './api.js';
-import {getJob, recordFromApi} from './resources.js';
+ * Each job's history is read once, thinned by the API (/metrics?max_points=, as many points as
+ * a line keeps) as the job page reads it, and then followed by polling /records past its newest
+ * step while the job runs (a comparison of many jobs would otherwise hold an event stream per
+ * job). Reading every record made a comparison of a 100,000-step job download 120 MB and hold
+ * every key of every record. */
+import {TERMINAL, reportError} from './api.js';
+import {getJob, thinnedHistory} from './resources.js';
 import {clearBanner} from './banner.js';
+import {CHARTS, MAX_POINTS} from './charts.js';
 import {CompareCharts, JOB_COLORS} from './compare_charts.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
 import {diffJson, leafText} from './json_diff.js';
@@ -17,7 +21,6 @@ import {isAuthBlocked} from './token.js';
 /* At most one job per colour. */
 export const MAX_COMPARE = JOB_COLORS.length;
 const POLL_MS = 3000;
-const RECORDS_PAGE = 10000;
 
 /* The job ids of the URL's jobs= (comma-separated), repeats dropped, at most MAX_COMPARE. */
 export function parseJobIds(list) {
@@ -162,16 +165,13 @@ export function compareView(main, q) {
       ? `As written, not yet resolved (the job has not started): ${written.join(', ')}.` : '');
   }
 
-  /* The job's records from step `since` on, every page. */
-  async function loadRecords(j, since) {
-    let query = `since_step=${since}`;
-    while (query !== null && alive) {
-      const page = await apiJson(jobPath(j.id, `/records?${query}&page_size=${RECORDS_PAGE}`), {signal});
-      for (const rec of (page.records || []).map(recordFromApi)) {
-        charts.addRecord(j.id, rec);
-        if (rec.step > j.maxStep) j.maxStep = rec.step;
-      }
-      query = page.nextPageToken ? `since_step=${since}&page_token=${page.nextPageToken}` : null;
+  /* The job's charted keys from step `since` on, thinned by the API. A poll goes on from the
+   * newest step held, read again: a step's evaluation record may come after its training one. */
+  async function loadHistory(j, since = 0) {
+    const keys = [...new Set(Object.values(CHARTS).flatMap((c) => c.series.map((s) => s.key)))];
+    for (const rec of await thinnedHistory(j.id, keys, MAX_POINTS, {signal}, since)) {
+      charts.addRecord(j.id, rec);
+      if (rec.step > j.maxStep) j.maxStep = rec.step;
     }
   }
 
@@ -201,7 +201,7 @@ export function compareView(main, q) {
     renderJobs();
     renderDiffs();
     try {
-      await Promise.all(jobs.filter((j) => j.job).map((j) => loadRecords(j, 0)));
+      await Promise.all(jobs.filter((j) => j.job).map((j) => loadHistory(j)));
     } catch (e) {
       reportError(e, 'Loading the records failed');
     }
@@ -220,7 +220,7 @@ export function compareView(main, q) {
         let configs = false;
         for (const j of live) {
           configs = setJob(j, await getJob(j.id, {signal}, j.job)) || configs;
-          await loadRecords(j, Math.max(0, j.maxStep));
+          await loadHistory(j, Math.max(0, j.maxStep));
         }
         if (!alive) return;
         charts.redraw();

@@ -8,7 +8,7 @@
  * job logging every step at hundreds of steps a second does not hold up the page. The job
  * itself is polled every JOB_POLL_MS until it ends. */
 import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
-import {anomalyFromApi, getJob, int, jobFromApi, logFromApi, num, recordFromApi} from './resources.js';
+import {anomalyFromApi, getJob, int, jobFromApi, logFromApi, recordFromApi, thinnedHistory} from './resources.js';
 import {clearBanner, showBanner} from './banner.js';
 import {CHARTS, JobCharts, MAX_POINTS} from './charts.js';
 import {renderRecovery} from './job_recovery.js';
@@ -28,9 +28,6 @@ const LOG_DRAW_MS = 250;
 /* The event stream starts this many logged steps before the thinned history ends, so that the
  * newest records (the rank strip, memory, the header) arrive whole. */
 const TAIL_RECORDS = 40;
-/* Keys of one /metrics query: the API's limit (64), less the record time asked with each. */
-const KEYS_PER_QUERY = 63;
-const TIME_KEY = 'time_unix_ms';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -398,53 +395,11 @@ export function jobView(main, id) {
     if (st.alive && !(st.job && TERMINAL.has(st.job.state))) st.pollTimer = setTimeout(pollJob, JOB_POLL_MS);
   }
 
-  /* The history of the charted keys and of each rank's figures, thinned by the API to as many
-   * points as a chart keeps, as records in step order ({step, time_unix_ms, values}). Keys
-   * logged at the same steps are thinned to the same steps; each query also asks for the
-   * records' time, and a point whose record time did not come is placed between its
-   * neighbours'. */
-  async function loadHistory(job) {
+  /* The history of the charted keys and of each rank's figures, thinned by the API. */
+  function loadHistory(job) {
     const keys = [...new Set(Object.values(CHARTS).flatMap((c) => c.series.map((s) => s.key)))]
       .concat(rankHistoryKeys(job.world_size || 1));
-    const bySteps = new Map();
-    for (let i = 0; i < keys.length; i += KEYS_PER_QUERY) {
-      const ask = keys.slice(i, i + KEYS_PER_QUERY).concat([TIME_KEY]);
-      const res = await apiJson(jobPath(id, `/metrics?keys=${encodeURIComponent(ask.join(','))}` +
-        `&max_points=${MAX_POINTS}`), {signal});
-      for (const ser of res.series || []) {
-        /* proto3 JSON: steps are int64 strings, values doubles (NaN as "NaN"). */
-        (ser.steps || []).map(int).forEach((step, k) => {
-          let rec = bySteps.get(step);
-          if (!rec) {
-            rec = {step, time_unix_ms: NaN, values: {}};
-            bySteps.set(step, rec);
-          }
-          /* A step can have two records (training, then evaluation): the chart's points are
-           * the training record's, the first. */
-          if (ser.key !== TIME_KEY) rec.values[ser.key] = num(ser.values[k]);
-          else if (!isNum(rec.time_unix_ms)) rec.time_unix_ms = num(ser.values[k], NaN);
-        });
-      }
-    }
-    const recs = [...bySteps.values()].sort((a, b) => a.step - b.step);
-    let prev = -1;
-    for (let k = 0; k < recs.length; k++) {
-      if (isNum(recs[k].time_unix_ms)) {
-        prev = k;
-        continue;
-      }
-      let next = k + 1;
-      while (next < recs.length && !isNum(recs[next].time_unix_ms)) next++;
-      const a = prev >= 0 ? recs[prev] : null;
-      const b = next < recs.length ? recs[next] : null;
-      if (a && b) {
-        recs[k].time_unix_ms = a.time_unix_ms +
-          (b.time_unix_ms - a.time_unix_ms) * (recs[k].step - a.step) / (b.step - a.step);
-      } else if (a || b) {
-        recs[k].time_unix_ms = (a || b).time_unix_ms;
-      }
-    }
-    return recs;
+    return thinnedHistory(id, keys, MAX_POINTS, {signal});
   }
 
   /* Where the first event stream starts: TAIL_RECORDS logged steps before the history's end. */

@@ -6,6 +6,7 @@
  * job file's form (snake_case keys, "deepspeed" as an object). This module is the one place
  * that knows both. */
 import {apiJson, ApiError, jobPath} from './api.js';
+import {isNum} from './format.js';
 
 /* An int64 (a string) or int32 field; absent is the default, 0. */
 export function int(v) {
@@ -108,10 +109,26 @@ export function jobFromApi(j) {
     idempotency_key: j.idempotencyKey || '', submitter: j.submitter || '',
     submitter_scope: j.submitterScope || '', spec,
   };
-  /* The remaining time at the average pace so far, for a running job past its first step. */
-  job.eta_ms = job.state === 'RUNNING' && job.max_steps > 0 && job.step > 0 && job.elapsed_ms > 0
-    ? Math.max(0, Math.floor((job.max_steps - job.step) * job.elapsed_ms / job.step)) : null;
+  job.eta_ms = etaMs(job);
   return job;
+}
+
+/* The remaining time of a running job at the pace of its current attempt: the steps it made
+ * since its ranks last started (from a checkpoint's step, for a restart or a fork) over the time
+ * since then, on the server's clock. The pace since the job's start counted a fork's inherited
+ * steps as made in no time (a fork from step 10,000 was given a hundredth of its ETA) and a
+ * restart's lost attempt as progress. null before the attempt's first step. */
+function etaMs(job) {
+  if (job.state !== 'RUNNING' || !(job.max_steps > 0) || !(job.elapsed_ms > 0)) return null;
+  const current = job.attempts[job.attempts.length - 1];
+  const from = current ? current.resumed_from_step : 0;
+  let ms = job.elapsed_ms;
+  if (current && current.started_unix_ms > 0 && job.started_unix_ms > 0) {
+    ms -= current.started_unix_ms - job.started_unix_ms;
+  }
+  const done = job.step - from;
+  if (!(done > 0) || !(ms > 0)) return null;
+  return Math.max(0, Math.floor((job.max_steps - job.step) * ms / done));
 }
 
 /* A MetricRecord: {step, time_unix_ms, values: {key: number}}. */
@@ -130,6 +147,58 @@ export function anomalyFromApi(a) {
   return {seq: int(a.seq), step: int(a.step), time_unix_ms: timeMs(a.time), kind: a.kind || '',
     policy: a.policy || '', value: num(a.value, null), rank: int(a.rank),
     message: a.message || ''};
+}
+
+/* Keys of one /metrics query: the API's limit (64), less the record time asked with each. */
+const KEYS_PER_QUERY = 63;
+const TIME_KEY = 'time_unix_ms';
+
+/* Job id's history of `keys` from step `since` on, thinned by the API to at most maxPoints points
+ * a key, as records in step order ({step, time_unix_ms, values}), for the charts of the job and
+ * comparison pages.
+ * Keys logged at the same steps are thinned to the same steps; each query also asks for the
+ * records' time, and a point whose record time did not come is placed between its
+ * neighbours'. */
+export async function thinnedHistory(id, keys, maxPoints, opts, since = 0) {
+  const bySteps = new Map();
+  for (let i = 0; i < keys.length; i += KEYS_PER_QUERY) {
+    const ask = keys.slice(i, i + KEYS_PER_QUERY).concat([TIME_KEY]);
+    const res = await apiJson(jobPath(id, `/metrics?keys=${encodeURIComponent(ask.join(','))}` +
+      `&max_points=${maxPoints}&since_step=${since}`), opts);
+    for (const ser of res.series || []) {
+      /* proto3 JSON: steps are int64 strings, values doubles (NaN as "NaN"). */
+      (ser.steps || []).map(int).forEach((step, k) => {
+        let rec = bySteps.get(step);
+        if (!rec) {
+          rec = {step, time_unix_ms: NaN, values: {}};
+          bySteps.set(step, rec);
+        }
+        /* A step can have two records (training, then evaluation): the chart's points are
+         * the training record's, the first. */
+        if (ser.key !== TIME_KEY) rec.values[ser.key] = num(ser.values[k]);
+        else if (!isNum(rec.time_unix_ms)) rec.time_unix_ms = num(ser.values[k], NaN);
+      });
+    }
+  }
+  const recs = [...bySteps.values()].sort((a, b) => a.step - b.step);
+  let prev = -1;
+  for (let k = 0; k < recs.length; k++) {
+    if (isNum(recs[k].time_unix_ms)) {
+      prev = k;
+      continue;
+    }
+    let next = k + 1;
+    while (next < recs.length && !isNum(recs[next].time_unix_ms)) next++;
+    const a = prev >= 0 ? recs[prev] : null;
+    const b = next < recs.length ? recs[next] : null;
+    if (a && b) {
+      recs[k].time_unix_ms = a.time_unix_ms +
+        (b.time_unix_ms - a.time_unix_ms) * (recs[k].step - a.step) / (b.step - a.step);
+    } else if (a || b) {
+      recs[k].time_unix_ms = (a || b).time_unix_ms;
+    }
+  }
+  return recs;
 }
 
 /* The effective DeepSpeed config (/config), or null. Rank 0 writes it before the first step,

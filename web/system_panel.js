@@ -7,6 +7,7 @@
  * Like the main charts, each dataset carries ztKey (its metric key; for the breakdown the phase's
  * name, e.g. "fwd_ms") and ztRole ("raw", or "mean" for the breakdown's mean over the ranks), so
  * tests reach the points through Chart.getChart(canvas). */
+import {fmtValue, updateChart} from './chart_update.js';
 import {$, setText} from './dom.js';
 import {fmtBytes, isNum} from './format.js';
 import {SeriesGroup} from './series_store.js';
@@ -73,7 +74,7 @@ function chartCard(title, testid, wide) {
 }
 
 function lineChart(canvas, bytes, stacked) {
-  return new Chart(canvas, {
+  const chart = new Chart(canvas, {
     type: 'line',
     data: {datasets: []},
     options: {
@@ -90,7 +91,8 @@ function lineChart(canvas, bytes, stacked) {
         /* Thinning what is drawn (not the data) as the main charts do; the stacked breakdown
          * is drawn whole, as its bands must stay aligned point for point. */
         decimation: {enabled: !stacked, algorithm: 'min-max'},
-        legend: {display: true, labels: {boxWidth: 12}},
+        /* The legend is chart_update.js's buttons (chart.$ztLegend). */
+        legend: {display: false},
         tooltip: {callbacks: {
           title: (items) => (items.length ? `step ${items[0].raw.step}` : ''),
           label: (item) => `${item.dataset.label}: ${bytes ? fmtBytes(item.raw.y) : String(item.raw.y)}`,
@@ -98,6 +100,8 @@ function lineChart(canvas, bytes, stacked) {
       },
     },
   });
+  chart.$ztLegend = true;
+  return chart;
 }
 
 export class SystemPanel {
@@ -228,12 +232,12 @@ export class SystemPanel {
       }
       for (const d of sets) d.data = this.points(d.ztKey).slice();
       rc.box.classList.toggle('no-data', !sets.some((d) => d.data.length));
-      rc.chart.update('none');
+      updateChart(rc.chart, rc.bytes ? fmtBytes : fmtValue);
     }
     const bdSets = this.breakdown.chart.data.datasets;
     for (const d of bdSets) d.data = this.points(d.ztKey).slice();
     this.breakdown.box.classList.toggle('no-data', !bdSets.some((d) => d.data.length));
-    this.breakdown.chart.update('none');
+    updateChart(this.breakdown.chart);
 
     setText(this.note, !this.recent.size ? 'No per-rank figures in the records yet.'
       : this.hasGpu ? '' : 'No GPU figures: a CPU job, or NVML not present on the ranks\' host.');

@@ -60,6 +60,18 @@ export function onUnauthorized(message) {
   openTokenPanel();
 }
 
+/* Why t cannot be a token, or '' when it can. ztraind's tokens have no white space or control
+ * characters, and a browser sends a header only in ISO-8859-1 while ztraind compares UTF-8
+ * bytes: a character outside printable ASCII (a zero-width space or a typographic quote pasted
+ * along) would make every request fail, which fetch() reports as the daemon not answering. */
+function tokenProblem(t) {
+  const m = /[^\x21-\x7e]/u.exec(t);
+  if (!m) return '';
+  const code = m[0].codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+  return `The token has U+${code} at character ${[...t.slice(0, m.index)].length + 1}, which ` +
+    'no API token holds (printable ASCII without spaces): enter it again without it.';
+}
+
 /* Wires the token button and panel; onTokenChanged runs after a token is saved or forgotten,
  * so the current view can reload with it. */
 export function initTokenPanel(onTokenChanged) {
@@ -67,6 +79,12 @@ export function initTokenPanel(onTokenChanged) {
     ev.preventDefault();
     const t = tokenInput.value.trim();
     if (!t) return;
+    const problem = tokenProblem(t);
+    if (problem) {
+      showBanner('auth', problem);
+      tokenInput.focus();
+      return;
+    }
     const remember = document.getElementById('token-remember');
     setToken(t, remember && remember.checked);
     if (remember) remember.checked = false;

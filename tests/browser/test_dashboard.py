@@ -27,6 +27,8 @@ and then job B (2 ranks, endless), which therefore waits in QUEUED until A is do
      the daemon's reason show in the jobs table (also under the FAILED filter) and on its page.
   f. No SEVERE entry in the browser's console in a-e and h (a missing favicon would be one).
   g. A daemon with a token: the page says 401 and asks for the token (focus in the field); a
+     token with a zero-width space pasted along is refused naming the character (fetch()
+     refused to send it, and the page said ztraind was not answering); a
      wrong token is rejected with 401 shown; the right one lists the job, and after a reload
      the stored token is used without asking. The console's only SEVERE entries are those 401
      responses.
@@ -622,6 +624,16 @@ def case_token(drv, build):
         ck.check(asked and focused == "token-input",
                  f"g: without a token the page says {text_of(drv, 'banner')!r} and asks for one "
                  f"(focus: {focused})")
+        # A zero-width space pasted along with the token: no header can carry it.
+        q(drv, "token-input").send_keys(TOKEN[:4] + "\u200b" + TOKEN[4:])
+        q(drv, "token-save").click()
+        said = wait_until(lambda: "U+200B at character 5" in text_of(drv, "banner"), 5)
+        stored = drv.execute_script("return [localStorage.getItem('ztrain.token'), "
+                                    "sessionStorage.getItem('ztrain.token')]")
+        ck.check(said and q(drv, "token-panel").is_displayed() and stored == [None, None],
+                 f"g: a token with a character no header can carry is refused naming it, not "
+                 f"stored: {text_of(drv, 'banner')!r}")
+        q(drv, "token-input").clear()
         q(drv, "token-input").send_keys("not-the-token")
         q(drv, "token-save").click()
         rejected = wait_until(lambda: "rejected" in text_of(drv, "banner") and

@@ -8,10 +8,17 @@ a real ztraind; the daemon's JSON API is the reference.
   b. A fork of it (fork_from at a checkpoint step): its page shows "Forked from <parent> at step
      N" with a link to the parent's page, and no attempts panel (no restarts asked for).
   c. A plain job's page shows neither.
-  d. No SEVERE entry in the browser's console."""
+  d. No SEVERE entry in the browser's console.
+  e. The ETA the pages show (resources.js's jobFromApi on a Job as the API writes it) is at the
+     pace of the current attempt: a fork from step 10,000 at step 10,100 after 10 s, of 20,000
+     steps, has 9,900 steps at 10 steps/s left, 990 s (it was given 9.8 s, the inherited steps
+     counted as made in no time); a job restarted 60 s into its 100 s from step 400, now at
+     600 of 1,000, has 400 steps at 5 steps/s left, 80 s; a job never restarted at 250 of 1,000
+     after 50 s, 150 s."""
 import os
 import signal
 import sys
+import time
 
 sys.stdout.reconfigure(line_buffering=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,6 +53,24 @@ def page_state(drv):
                 href: q('lineage-link').getAttribute('href'), step: q('lineage-step').textContent,
                 state: q('job-state').textContent};
     """)
+
+
+# jobFromApi's ETA of each Job given (JSON as the API writes it), in ms.
+ETA_JS = """
+const done = arguments[arguments.length - 1];
+import('/static/resources.js').then((m) => done(arguments[0].map((j) => m.jobFromApi(j).eta_ms)),
+                                    (e) => done(String(e)));"""
+
+
+def running_job(step, max_steps, run_duration, attempts):
+    """A RUNNING Job in the API's JSON, started at T0; attempts are (seconds after T0 it
+    started, the step it resumed from)."""
+    t0 = 1_800_000_000
+    iso = lambda s: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0 + s))  # noqa: E731
+    return {"id": "job-eta", "state": "JOB_STATE_RUNNING", "step": str(step),
+            "maxSteps": str(max_steps), "startTime": iso(0), "runDuration": run_duration,
+            "attempts": [{"attempt": i + 1, "startTime": iso(at), "resumedFromStep": str(frm)}
+                         for i, (at, frm) in enumerate(attempts)]}
 
 
 def open_job(drv, d, job_id):
@@ -101,6 +126,13 @@ try:
     s = open_job(drv, d, plain.id)
     ck.check(bool(s) and s["panelHidden"] and s["lineageHidden"],
              "c: a plain job's page shows neither")
+    etas = drv.execute_async_script(ETA_JS, [
+        running_job(10_100, 20_000, "10s", [(0, 10_000)]),
+        running_job(600, 1_000, "100s", [(0, 0), (60, 400)]),
+        running_job(250, 1_000, "50s", [])])
+    ck.check(etas == [990_000, 80_000, 150_000],
+             f"e: the ETA is at the current attempt's pace: {etas} ms for a fork, a restarted "
+             f"job and a plain one (990000, 80000, 150000)")
     bad = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
     ck.check(not bad, f"d: no SEVERE console entries: {bad[:3]}")
 finally:
