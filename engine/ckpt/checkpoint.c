@@ -181,6 +181,15 @@ static zt_status agree(zt_engine *e, zt_status mine, const char *what) {
     return ZT_OK;
 }
 
+/* Rank 0, once a save has failed before its DONE (a disk full): the temporary directory holds
+ * nothing to keep, so it goes now rather than at the next save, and the save's own error stays
+ * the one reported. */
+static zt_status drop_unfinished(const char *tmp, zt_status failed) {
+    char why[2048];
+    snprintf(why, sizeof why, "%s", zt_last_error());
+    return zt_remove_tree(tmp) == ZT_OK ? failed : zt_error(failed, "%s", why);
+}
+
 /* Every rank writes its optimizer partition into a temporary directory; rank 0 writes the model
  * and meta.json; after all ranks have finished (a barrier), rank 0 writes DONE and installs the
  * directory under its tag (ckpt_dir.c: renamed or swapped into place, then `latest`). Before
@@ -242,14 +251,17 @@ static zt_status save(zt_engine *e, const zt_job_spec *job, const char *dir, con
                  : zt_error(ZT_ERR_NOMEM, "%s: out of memory", path);
         free(meta);
     }
-    ZT_TRY(agree(e, s, "writing the checkpoint"));
+    /* Every rank has stopped writing into tmp once they agree (a collective). */
+    s = agree(e, s, "writing the checkpoint");
+    if (s != ZT_OK)
+        return rank == 0 ? drop_unfinished(tmp, s) : s;
     if (rank == 0) {
         path_join(path, sizeof path, tmp, "DONE");
         s = zt_write_file_atomic(path, tag, strlen(tag));
         /* Once DONE is there the temporary directory may be the only complete copy (an
          * install that failed half-way): the next save's zt_ckpt_recover sorts it out. */
         if (s != ZT_OK)
-            zt_remove_tree(tmp);
+            s = drop_unfinished(tmp, s);
         else
             s = zt_ckpt_install(dir, tag, tmp, zt_engine_global_steps(e));
     }

@@ -291,11 +291,19 @@ static bool part_without(const char *dir, const char *tag, char *where, size_t s
     return false;
 }
 
+/* The words of a note: what chooses the tag ("resume", or a reader such as "export") [0], and
+ * what it then does with the one chosen ("resuming from", "reading") [1]. */
+static const char *verb_word(const char *reader, int i) {
+    if (!reader)
+        return i ? "resuming from" : "resume";
+    return i ? "reading" : reader;
+}
+
 /* A checkpoint in parts resumes from a tag every part has: the first part's choice (tag), else,
  * when a save that did not finish on every part left it only on some (a job killed while its
  * stages or shards were saving), the newest tag that all parts have, said in note. */
-static zt_status agree_on_parts(const char *dir, char *tag, size_t size, char *note,
-                                size_t note_size) {
+static zt_status agree_on_parts(const char *dir, const char *reader, char *tag, size_t size,
+                                char *note, size_t note_size) {
     char where[PATH_BYTES], alt[PATH_BYTES];
     if (!part_without(dir, tag, where, sizeof where))
         return ZT_OK;
@@ -309,17 +317,17 @@ static zt_status agree_on_parts(const char *dir, char *tag, size_t size, char *n
     zt_status s = ZT_OK;
     if (newest && strlen(newest) < size) {
         char *was = strdup(note);
-        snprintf(note, note_size, "resume: %s: %s is not complete in every part (no complete %s: "
-                 "a save that did not finish there): resuming from the newest checkpoint "
-                 "complete in all of them, %s%s%s", dir, tag, where, newest,
-                 was && *was ? "; before that, " : "", was ? was : "");
+        snprintf(note, note_size, "%s: %s: %s is not complete in every part (no complete %s: "
+                 "a save that did not finish there): %s the newest checkpoint complete in all "
+                 "of them, %s%s%s", verb_word(reader, 0), dir, tag, where, verb_word(reader, 1),
+                 newest, was && *was ? "; before that, " : "", was ? was : "");
         free(was);
         snprintf(tag, size, "%s", newest);
     } else {
         s = zt_error(ZT_ERR_FORMAT, "%s: %s is not complete in every part (no complete %s: a "
-                     "save that did not finish there), and no other checkpoint is: nothing to "
-                     "resume from; restore the missing part, or remove the checkpoint to start "
-                     "from step 0", dir, tag, where);
+                     "save that did not finish there), and no other checkpoint is: %s", dir, tag,
+                     where, reader ? "nothing to read" : "nothing to resume from; restore the "
+                     "missing part, or remove the checkpoint to start from step 0");
         tag[0] = '\0';
     }
     zt_ckpt_list_free(&l);
@@ -351,16 +359,18 @@ static zt_status check_markers(const char *dir) {
     return ZT_OK;
 }
 
-zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
-                              size_t note_size) {
+/* zt_ckpt_find_resume, and zt_ckpt_find_default for reader (NULL: a resume), which names
+ * itself and what it does in the notes (verb_word). */
+static zt_status find_tag(const char *dir, const char *reader, char *tag, size_t size,
+                          char *note, size_t note_size) {
     tag[0] = note[0] = '\0';
     ZT_TRY(check_markers(dir));
     /* A pipeline resumes each stage from its own directory, a tensor-parallel job each shard
      * from its own: the first part's choice, if every other part has it too. */
     char part0[PATH_BYTES];
     if (first_part(dir, part0, sizeof part0)) {
-        ZT_TRY(zt_ckpt_find_resume(part0, tag, size, note, note_size));
-        return tag[0] ? agree_on_parts(dir, tag, size, note, note_size) : ZT_OK;
+        ZT_TRY(find_tag(part0, reader, tag, size, note, note_size));
+        return tag[0] ? agree_on_parts(dir, reader, tag, size, note, note_size) : ZT_OK;
     }
     if (!zt_path_exists(dir)) {
         snprintf(note, note_size, "resume: %s does not exist: no checkpoint to resume from, "
@@ -390,14 +400,14 @@ zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *not
             n_complete++;
             newest = &l.items[i];   /* sorted by step: the last complete one is the newest */
         }
-    char found[1200], why[1600];
+    char found[1200], why[PATH_BYTES + 1600];
     describe_tags(&l, found, sizeof found);
     if (state == LATEST_MISSING)
         snprintf(why, sizeof why, "%s/latest is missing", dir);
     else if (state == LATEST_EMPTY)
         snprintf(why, sizeof why, "%s/latest is empty", dir);
     else
-        snprintf(why, sizeof why, "%s/latest names '%s', which %s", dir, named,
+        snprintf(why, sizeof why, "%s/latest names '%s', but %s %s", dir, named, path,
                  zt_path_exists(path) ? "has no DONE marker" : "does not exist");
     zt_status s = ZT_OK;
     if (newest && newest->step < 0 && n_complete > 1) {
@@ -408,19 +418,42 @@ zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *not
         s = zt_error(ZT_ERR_INVALID, "%s/%s: the tag is too long", dir, newest->tag);
     } else if (newest) {
         snprintf(tag, size, "%s", newest->tag);
-        snprintf(note, note_size, "resume: %s: resuming from the newest complete checkpoint, %s",
-                 why, tag);
+        snprintf(note, note_size, "%s: %s: %s the newest complete checkpoint, %s",
+                 verb_word(reader, 0), why, verb_word(reader, 1), tag);
     } else if (state == LATEST_TAG) {
         /* latest says a checkpoint was written: starting over would hide that it is gone. */
-        s = zt_error(ZT_ERR_FORMAT, "%s, and %s holds no complete checkpoint%s%s%s: nothing to "
-                     "resume from; restore the checkpoint, or remove %s/latest to start from "
-                     "step 0", why, dir, l.n ? " (found: " : "", found, l.n ? ")" : "", dir);
+        char advice[PATH_BYTES + 100] = "nothing to read";
+        if (!reader)
+            snprintf(advice, sizeof advice, "nothing to resume from; restore the checkpoint, or "
+                     "remove %s/latest to start from step 0", dir);
+        s = zt_error(ZT_ERR_FORMAT, "%s, and %s holds no complete checkpoint%s%s%s: %s", why,
+                     dir, l.n ? " (found: " : "", found, l.n ? ")" : "", advice);
     } else {
         snprintf(note, note_size, "resume: no checkpoint in %s%s%s%s: starting from step 0", dir,
                  l.n ? " (ignoring " : "", found, l.n ? ")" : "");
     }
     zt_ckpt_list_free(&l);
     return s;
+}
+
+zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
+                              size_t note_size) {
+    return find_tag(dir, NULL, tag, size, note, note_size);
+}
+
+zt_status zt_ckpt_find_default(const char *dir, const char *reader, char *tag, size_t size,
+                               char *note, size_t note_size) {
+    ZT_TRY(find_tag(dir, reader, tag, size, note, note_size));
+    if (tag[0])
+        return ZT_OK;
+    note[0] = '\0';
+    return zt_error(ZT_ERR_IO, "%s: no checkpoint (%s)", dir,
+                    zt_path_exists(dir) ? "no 'latest' file, and no complete tag"
+                                        : "the directory does not exist");
+}
+
+bool zt_ckpt_tag_is_name(const char *tag) {
+    return tag[0] && !strchr(tag, '/') && strcmp(tag, ".") != 0 && strcmp(tag, "..") != 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -738,6 +738,31 @@ static zt_status load_checkpoint_weights(zt_model *m, zt_ckpt_weights *w) {
     return s;
 }
 
+/* The tag cmd reads from the checkpoint dir into out[size]: --tag TAG, which must name an entry
+ * inside dir, else the one a resume would take (zt_ckpt_find_default), whose note goes on
+ * stderr. 0, or the exit status after saying why not. */
+static int pick_tag(const char *cmd, const char *dir, const char *tag, char *out, size_t size) {
+    if (tag && !zt_ckpt_tag_is_name(tag)) {
+        fprintf(stderr, "ztrain: %s: --tag '%s' is not a tag: the name of a checkpoint in %s "
+                "(not empty, no '/', not '.' or '..')\n", cmd, tag, dir);
+        return 2;
+    }
+    if (tag && strlen(tag) >= size) {
+        fprintf(stderr, "ztrain: %s: --tag '%s' is too long for a tag\n", cmd, tag);
+        return 2;
+    }
+    if (tag) {
+        snprintf(out, size, "%s", tag);
+        return 0;
+    }
+    char note[4096];
+    if (zt_ckpt_find_default(dir, cmd, out, size, note, sizeof note) != ZT_OK)
+        return zt_cli_fail(NULL);
+    if (note[0])
+        fprintf(stderr, "ztrain: %s\n", note);
+    return 0;
+}
+
 static int cmd_sample(int argc, char **argv) {
     const char *dir = NULL, *tag = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_path = NULL;
     const char *chat = NULL, *chat_template = NULL;
@@ -799,6 +824,11 @@ static int cmd_sample(int argc, char **argv) {
         snprintf(got, sizeof got, "%g", temperature);
         return bad_usage("sample: --temperature must be positive, got %s", got);
     }
+    char picked[256];
+    int picked_rc = pick_tag("sample", dir, tag, picked, sizeof picked);
+    if (picked_rc)
+        return picked_rc;
+    tag = picked;
     zt_model_spec spec;
     zt_ckpt_weights *w = NULL;
     if (zt_ckpt_weights_open(&w, dir, tag, ZT_CKPT_WORKING, &spec) != ZT_OK)
@@ -997,13 +1027,18 @@ static int cmd_export(int argc, char **argv) {
         return bad_usage("export: %s--out FILE and --hf DIR are two formats: give one", "");
     if (max_size && !hf)
         return bad_usage("export: %s--max-shard-size goes with --hf DIR", "");
+    char picked[256];
+    int rc = pick_tag("export", dir, tag, picked, sizeof picked);
+    if (rc)
+        return rc;
+    tag = picked;
     /* Before anything starts a thread: an interrupted export leaves neither FILE.tmp nor
      * DIR.tmp-PID/ behind. */
     if (zt_tmp_remove_on_signals() != ZT_OK)
         return zt_cli_fail(NULL);
     if (hf)
         return export_hf(dir, tag, hf, max_size);
-    int rc = check_export_out(out);
+    rc = check_export_out(out);
     if (rc)
         return rc;
     /* Streamed tensor by tensor from the checkpoint's files (a ZeRO-3 checkpoint's shards), never
@@ -1037,6 +1072,11 @@ static int cmd_zero_to_fp32(int argc, char **argv) {
     }
     if (!dir || !out)
         return bad_usage("zero-to-fp32: %sexpects CKPT_DIR and OUT.safetensors", "");
+    char picked[256];
+    int rc = pick_tag("zero-to-fp32", dir, tag, picked, sizeof picked);
+    if (rc)
+        return rc;
+    tag = picked;
     if (zt_tmp_remove_on_signals() != ZT_OK)
         return zt_cli_fail(NULL);
     if (zt_ckpt_export_fp32(dir, tag, out) != ZT_OK)

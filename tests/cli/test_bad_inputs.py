@@ -579,6 +579,18 @@ try:
     expect_failure("sample with a tag that does not exist",
                    ztrain(["sample", ckpt, "--tag", "global_step99", "--tokens", "5"]),
                    ["global_step99"])
+    # A tag is a name inside CKPT_DIR: one that climbs out would read another checkpoint (here a
+    # complete copy beside it), or the directory itself. Refused as a usage error naming --tag.
+    shutil.copytree(ckpt, os.path.join(good, "other"))
+    with open(os.path.join(good, "other", tag, "DONE"), "w") as f:
+        f.write(tag)
+    for bad_tag in (f"../other/{tag}", "..", ".", ""):
+        for cmd in (["sample", ckpt, "--tokens", "5"], ["export", ckpt, "--out", exported]):
+            rc, out, err = ztrain(cmd + ["--tag", bad_tag])
+            expect_failure(f"{cmd[0]} --tag '{bad_tag}'", (rc, out, err),
+                           ["--tag", f"'{bad_tag}'", ckpt], exit_code=2,
+                           forbidden_files=[exported])
+            ck.check(out == "", f"{cmd[0]} --tag '{bad_tag}' prints nothing (got {out[:40]!r})")
 finally:
     shutil.rmtree(top, ignore_errors=True)
 

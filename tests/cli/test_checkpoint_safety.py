@@ -15,13 +15,17 @@ and 8), with `ztrain run` of a one-layer byte-level GPT-2:
       it): `latest` always leads to a complete checkpoint (with RENAME_EXCHANGE: its directory
       holds DONE at every point), the next run resumes from it with the uninterrupted run's losses,
       and the temporary directories are gone after its first save.
+  a save that fails (its files cannot be written, as on a full disk): the run fails naming the
+      file, and the save's temporary directory is removed at once; the checkpoint before stays.
 
 The reference losses come from one uninterrupted run of the same job (resume is bit-exact, which
 tests/reference/test_resume.py checks against an independent run)."""
 import ctypes
 import json
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +45,16 @@ with open(os.path.join(top, "train.txt"), "wb") as f:
     f.write(TEXT)
 
 
-def run(name, max_steps, ckpt, out, resume=True, interval=0, env=None):
+def file_size_limit(limit):
+    """For preexec_fn: no file written past limit bytes, a write there failing with EFBIG (as a
+    full disk's does with ENOSPC) rather than killing the process with SIGXFSZ."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def run(name, max_steps, ckpt, out, resume=True, interval=0, env=None, preexec=None):
     """Writes TOP/NAME.json and runs it; returns the CompletedProcess."""
     job = {"name": name,
            "model": {"type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256,
@@ -56,7 +69,8 @@ def run(name, max_steps, ckpt, out, resume=True, interval=0, env=None):
         json.dump(job, f)
     e = dict(os.environ, **(env or {}))
     return subprocess.run([ZTRAIN, "run", path, "--out", os.path.join(top, out), "--threads", "1"],
-                          capture_output=True, text=True, timeout=120, env=e)
+                          capture_output=True, text=True, timeout=120, env=e,
+                          preexec_fn=preexec)
 
 
 def metric_lines(out):
@@ -207,6 +221,20 @@ for variant, env, points in variants:
         check(hidden(ck) == [] and latest(ck) == "global_step6" and complete(ck, "global_step3"),
               f"{name}: after its first save no temporary directory is left and global_step3 "
               f"is complete ({hidden(ck)})")
+
+# ---- a save that fails ----------------------------------------------------------------------
+# Its files cannot be written (no file may grow past 4 KiB; the model's are larger): the run fails
+# naming the file, and removes the temporary directory it was writing (before: left until the
+# next save), keeping the checkpoint before it.
+p = run("full-a", 3, "ck-full", "out-full", interval=3)
+p = run("full-b", 6, "ck-full", "out-full-b", interval=3, preexec=file_size_limit(4096))
+check(p.returncode == 1 and "ck-full/.global_step6.tmp/" in p.stderr and
+      "File too large" in p.stderr,
+      f"a save that cannot write its files fails naming the file (exit {p.returncode}: "
+      f"{p.stderr.strip()[-300:]})")
+check(hidden("ck-full") == [] and latest("ck-full") == "global_step3" and
+      complete("ck-full", "global_step3"),
+      f"and leaves no temporary directory, global_step3 complete ({hidden('ck-full')})")
 
 shutil.rmtree(top, ignore_errors=True)
 checks.finish()

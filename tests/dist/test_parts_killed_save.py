@@ -4,9 +4,12 @@ own copy and moves its own `latest`, so the first part may name global_step10 wh
 has no complete copy of it. For 2 stages and for TP 2, from an uninterrupted run of 10 steps with
 a checkpoint every 5:
 
-  the second part lacks global_step10 (killed before its DONE): the resume says which part lacks
-      it and resumes from global_step5, the newest checkpoint every part has, and steps 6-10
-      equal the uninterrupted run's bit for bit; every part's `latest` then names global_step10.
+  the second part lacks global_step10 (killed before its DONE): `ztrain export` and `sample`
+      without --tag read global_step5 as the resume does, saying which part lacks global_step10
+      (export's file is that of `--tag global_step5` of the uninterrupted run's checkpoint); the
+      resume says which part lacks it and resumes from global_step5, the newest checkpoint every
+      part has, and steps 6-10 equal the uninterrupted run's bit for bit; every part's `latest`
+      then names global_step10.
   the second part's global_step10 is finished but still under its temporary name (killed before
       its rename) and its `latest` names global_step5: the resume takes global_step10.
   the second part has no checkpoint at all: refused naming the part, and nothing is written.
@@ -77,6 +80,20 @@ with tempfile.TemporaryDirectory() as top:
         shutil.rmtree(f"{ckpt}/{second}/global_step10")
         with open(f"{ckpt}/{second}/latest", "w") as f:
             f.write("global_step5")
+        # export and sample read by default the tag a resume takes (before: part 0's latest,
+        # global_step10, which the second part lacks), and say so.
+        for cmd in (["export", ckpt, "--out", f"{d}/default.safetensors"],
+                    ["sample", ckpt, "--prompt-tokens", "1,2", "--tokens", "3"]):
+            p = run([tool("ztrain")] + cmd, check=False, errors="replace")
+            ck.check(p.returncode == 0 and f"{second}/global_step10" in p.stderr and
+                     f"{cmd[0]}: " in p.stderr and "reading the newest checkpoint complete in "
+                     "all of them, global_step5" in p.stderr,
+                     f"{layout}: `{cmd[0]}` with a part without global_step10 reads "
+                     f"global_step5, saying why: {(p.stdout + p.stderr).strip()[-600:]}")
+        run([tool("ztrain"), "export", f"{d}/ck-whole", "--tag", "global_step5", "--out",
+             f"{d}/step5.safetensors"])
+        with open(f"{d}/default.safetensors", "rb") as a, open(f"{d}/step5.safetensors", "rb") as b:
+            ck.check(a.read() == b.read(), f"{layout}: export's default is global_step5's weights")
         p = train(d, "lost", job(layout, ckpt, True))
         ck.check(p.returncode == 0 and f"{second}/global_step10" in p.stdout and
                  "resuming from the newest checkpoint complete in all of them, global_step5"

@@ -80,6 +80,19 @@ zt_status zt_ckpt_latest(const char *dir, char *tag, size_t size);
 zt_status zt_ckpt_find_resume(const char *dir, char *tag, size_t size, char *note,
                               size_t note_size);
 
+/* The tag a reader of the checkpoint (`ztrain export`, `sample`, `zero-to-fp32`) takes when none
+ * is named: zt_ckpt_find_resume's choice by the same rules, so a checkpoint in parts whose last
+ * save did not finish on every part is read at the newest tag all parts have. The note names
+ * reader ("export: ...: reading the newest ...") where resume's would say "resume: ...: resuming
+ * from ...". Where a resume would start from step 0 (no checkpoint in dir, or no dir) it is
+ * ZT_ERR_IO naming dir instead, with no note. */
+zt_status zt_ckpt_find_default(const char *dir, const char *reader, char *tag, size_t size,
+                               char *note, size_t note_size);
+
+/* Whether tag is a plain name of an entry in the checkpoint directory: not empty, no '/', and
+ * neither "." nor "..", so that dir/tag stays inside dir. */
+bool zt_ckpt_tag_is_name(const char *tag);
+
 /* The tokenizer.json the job named (data.tokenizer), as meta.json records it: a heap string the
  * caller frees, or NULL when the job named none (for `ztrain sample`). In a pipeline's or a
  * tensor-parallel job's directory (ckpt_pipeline.h, ckpt_tp.h) it is read from the first
