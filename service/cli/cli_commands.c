@@ -52,9 +52,10 @@ static const zt_cli_command commands[] = {
      "CKPT_DIR [--tag TAG] [--prompt TEXT | --prompt-tokens 1,2,3] [--tokens N]\n"
      "        [--temperature F] [--top-k K] [--seed S] [--threads N] [--tokenizer TOKENIZER.json]\n"
      "        [--chat CONVERSATION.json [--chat-template TOKENIZER_CONFIG.json]]",
-     "Generate N tokens (default 200) from a checkpoint (default tag: latest); with a tokenizer\n"
-     "(default: the job's data.tokenizer) the prompt and output are text; the model sees the\n"
-     "last block_size tokens of a longer prompt. With --chat, the conversation (a JSON list\n"
+     "Generate N tokens (default 200) from a checkpoint (default tag: the one a resume would\n"
+     "take, normally latest's); with a tokenizer (default: the job's data.tokenizer) the\n"
+     "prompt and output are text; the model sees the last block_size tokens of a longer\n"
+     "prompt. With --chat, the conversation (a JSON list\n"
      "of messages, or an object with \"messages\", \"tools\" and \"chat_template_kwargs\") is\n"
      "rendered with the chat template (default: tokenizer_config.json beside the tokenizer)\n"
      "and the assistant's reply is printed, up to the template's eos_token.\n",
@@ -67,7 +68,9 @@ static const zt_cli_command commands[] = {
      "default 5GB, and their index) that transformers' from_pretrained loads.\n"
      "Both write fp32: after bf16/fp16 training the fp32 master weights of the optimizer\n"
      "files (cast to the 16-bit type they give the weights training ran with), else the\n"
-     "weights (fp32 training, whose weights are the masters; bf16 masters).\n",
+     "weights (fp32 training, whose weights are the masters; bf16 masters).\n"
+     "--tag: a checkpoint in CKPT_DIR (default: the one a resume would take, normally\n"
+     "latest's).\n",
      "--out= --hf= --max-shard-size= --tag=", "dir", NULL},
     {"zero-to-fp32", "CKPT_DIR OUT.safetensors [--tag TAG]",
      "Consolidated fp32 weights of a checkpoint of any ZeRO stage and rank count, as\n"
