@@ -374,9 +374,13 @@ static zt_status parse_training_args(zt_training_args *a, const zt_json_obj *top
     ZT_TRY(get_arg_double(&o, "adam_beta1", 0, 0.999999, &a->adam_beta1, ZT_ARG_ADAM_BETAS, g));
     ZT_TRY(get_arg_double(&o, "adam_beta2", 0, 0.999999, &a->adam_beta2, ZT_ARG_ADAM_BETAS, g));
     ZT_TRY(get_arg_double(&o, "adam_epsilon", 0, -1, &a->adam_epsilon, ZT_ARG_ADAM_EPSILON, g));
-    ZT_TRY(get_arg_double(&o, "max_grad_norm", 0, -1, &a->max_grad_norm, ZT_ARG_MAX_GRAD_NORM, g));
     ZT_TRY(get_arg_double(&o, "warmup_ratio", 0, 1, &a->warmup_ratio, ZT_ARG_WARMUP, g));
+    /* Any number: the Trainer clips only when max_grad_norm > 0, and DeepSpeed, which
+     * "gradient_clipping": "auto" hands it to, only when gradient_clipping > 0, so 0 and below
+     * are no clipping, as they are here (ds_config.h: gradient_clipping). */
     bool found;
+    ZT_TRY(zt_json_get_double(&o, "max_grad_norm", &a->max_grad_norm, &found));
+    *g |= found ? ZT_ARG_MAX_GRAD_NORM : 0;
     ZT_TRY(get_int_min(&o, "per_device_train_batch_size", 1, &a->per_device_train_batch_size));
     if (zt_json_item(&o, "per_device_train_batch_size"))
         *g |= ZT_ARG_PER_DEVICE_TRAIN_BATCH_SIZE;

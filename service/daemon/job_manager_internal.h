@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "event_store.h"
@@ -51,6 +52,10 @@ typedef struct job {
      * failure) or srun failed; launch_failed tells FAILED from CANCELLED. */
     char *launch_reason;
     bool launch_failed;
+    /* The checkpoint directory's `latest` as the ranks found it when they started (device,
+     * inode and modification time; zero when there was none): the ranks wrote a checkpoint
+     * when it changed (job_runner.c). */
+    struct stat latest_at_start;
     /* After a daemon restart (job_recovery.c): the ranks of the previous daemon's attempt,
      * which must be gone before the job starts again, and since when they are waited for. */
     pid_t *orphans;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "ztrain/fsutil.h"
 #include "job_events.h"
@@ -53,6 +54,16 @@ static int gpus_needed(const zt_jobs *jm, const job *j) {
     bool cuda = cJSON_IsString(d) && strcmp(d->valuestring, "cuda") == 0;
     cJSON_Delete(top);
     return cuda && !jm->cfg.slurm ? zt_gpu_pool_need(&jm->gpus, j->info.world_size) : 0;
+}
+
+/* The checkpoint directory's `latest` file now: what stat says, all zero when it is missing. */
+static struct stat latest_now(const job *j) {
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/latest", j->info.checkpoint_dir);
+    if (stat(path, &st) != 0)
+        memset(&st, 0, sizeof st);
+    return st;
 }
 
 static void start_job(zt_jobs *jm, job *j) {
@@ -115,6 +126,7 @@ static void start_job(zt_jobs *jm, job *j) {
     if (!j->info.started_ms)
         j->info.started_ms = zt_jm_now_ms();
     zt_jm_set_reason(j, "%s", "");
+    j->latest_at_start = latest_now(j);
     zt_jm_attempt_started(jm, j);
     if (jm->cfg.slurm)
         zt_jm_daemon_log(jm, j, "started srun for %d rank(s) on %d node(s) as Slurm job "
@@ -371,6 +383,31 @@ static void checkpoint_note(const job *j, char *buf, size_t size) {
         snprintf(buf, size, " (checkpoint %s)", tag);
 }
 
+/* Whether the ranks wrote a checkpoint since they started: `latest` is there and is not the
+ * file it was then. */
+static bool wrote_checkpoint(const job *j) {
+    struct stat now = latest_now(j);
+    const struct stat *then = &j->latest_at_start;
+    return now.st_ino && (now.st_dev != then->st_dev || now.st_ino != then->st_ino ||
+                          now.st_mtim.tv_sec != then->st_mtim.tv_sec ||
+                          now.st_mtim.tv_nsec != then->st_mtim.tv_nsec);
+}
+
+/* What ranks that all stopped cleanly on a request left: the checkpoint they wrote, or none. A
+ * rank stopped before the ranks have met exits as cleanly as one that wrote its checkpoint (130,
+ * ztrain_worker.c); ranks that wrote none stopped before training began (or, resumed, before
+ * they trained a step past the checkpoint they started from). */
+static void stop_outcome(const job *j, char *buf, size_t size) {
+    char ckpt[300];
+    checkpoint_note(j, ckpt, sizeof ckpt);
+    if (wrote_checkpoint(j))
+        snprintf(buf, size, "the ranks wrote a checkpoint and stopped%s", ckpt);
+    else
+        snprintf(buf, size, "the ranks stopped before training began, without writing a "
+                 "checkpoint%s%s", ckpt[0] ? "; the newest is still the one they started from" :
+                 "", ckpt);
+}
+
 /* Why a cancelled job's ranks did not all stop cleanly: the grace period in force ran out (a
  * later cancel asking for a longer one does not extend it, and the supervisor says which one it
  * was), or a rank failed on its own on the way out. */
@@ -416,9 +453,10 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
         zt_rank_exit x = {.exit_status = ri->exit_code, .term_signal = ri->signal};
         all_stopped &= !zt_rank_exit_is_failure(&x, ZT_RANK_SENT_NONE);
     }
-    char ckpt[300];
+    char ckpt[300], outcome[512];
     checkpoint_note(j, ckpt, sizeof ckpt);
-    bool any_started = false;
+    stop_outcome(j, outcome, sizeof outcome);
+    bool wrote = wrote_checkpoint(j), any_started = false;
     for (int r = 0; r < j->info.world_size; r++)
         any_started |= j->info.ranks[r].pid != 0;
     if (j->cancel_requested && !any_started) {
@@ -427,15 +465,14 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
     } else if (j->cancel_requested) {
         char why[1600];
         stop_failure(j, end, why, sizeof why);
-        if (j->shutdown && all_stopped)
+        if (j->shutdown && all_stopped && wrote)
             zt_jm_set_reason(j, "ztraind was stopped: the job stopped with a checkpoint%s", ckpt);
         else if (j->shutdown)
-            zt_jm_set_reason(j, "ztraind was stopped: %s", why);
+            zt_jm_set_reason(j, "ztraind was stopped: %s", all_stopped ? outcome : why);
         else if (j->force)
             zt_jm_set_reason(j, "cancelled by request (forced: the ranks were killed at once)");
         else if (all_stopped)
-            zt_jm_set_reason(j, "cancelled by request: the ranks wrote a checkpoint and "
-                                "stopped%s", ckpt);
+            zt_jm_set_reason(j, "cancelled by request: %s", outcome);
         else
             zt_jm_set_reason(j, "cancelled by request; %s", why);
         zt_jm_set_state(jm, j, ZT_JOB_CANCELLED);
@@ -443,9 +480,8 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
         /* Slurm's decision explains the ranks' ends, not the other way round. */
         if (j->failed_rank >= 0)
             zt_jm_set_reason(j, "%s; first failure: %s", j->launch_reason, j->fail_reason);
-        else if (all_stopped && ckpt[0])
-            zt_jm_set_reason(j, "%s; the ranks wrote a checkpoint and stopped%s",
-                             j->launch_reason, ckpt);
+        else if (all_stopped && wrote)
+            zt_jm_set_reason(j, "%s; %s", j->launch_reason, outcome);
         else
             zt_jm_set_reason(j, "%s", j->launch_reason);
         /* A failure of Slurm's (a node lost) is one of the attempt's: restarts may mend it. */

@@ -61,8 +61,23 @@ static bool starts_with(const char *s, const char *prefix) {
 /* The Allow header of the routes that only read. */
 #define GET_ONLY "GET, HEAD, OPTIONS"
 
+/* OPTIONS asks which methods a resource takes (RFC 9110 9.3.7): 204 with them in Allow. It is
+ * also a browser's CORS preflight, which may cache the answer for Max-Age seconds. */
+static enum MHD_Result options_answer(struct MHD_Connection *c, const char *allow) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    return zt_http_queue(c, MHD_HTTP_NO_CONTENT, r);
+}
+
+/* A method the route does not dispatch: 405 naming the route's methods in Allow. OPTIONS, which
+ * no route dispatches, reaches here for every route there is, and is answered with them. */
 static enum MHD_Result method_not_allowed(struct MHD_Connection *c, const char *method,
                                           const char *url, const char *allow) {
+    if (!strcmp(method, "OPTIONS"))
+        return options_answer(c, allow);
     return zt_http_send_error_with_header(c, MHD_HTTP_METHOD_NOT_ALLOWED, MHD_HTTP_HEADER_ALLOW,
                                           allow, "%s is not allowed on %s (%s)", method, url,
                                           allow);
@@ -220,12 +235,37 @@ static const char *control_arg(struct MHD_Connection *c) {
     return bad;
 }
 
-static enum MHD_Result preflight(struct MHD_Connection *c) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
-    return zt_http_queue(c, MHD_HTTP_NO_CONTENT, r);
+/* Whether the caller's token may make this request: if not, *ret is the 401 or 403. */
+static bool caller_may(zt_http_server *s, struct MHD_Connection *c, const char *method,
+                       const char *url, bool get, enum MHD_Result *ret) {
+    zt_scope have = zt_http_caller(s, c).scope;
+    if (have == ZT_SCOPE_NONE && is_events_url(url))
+        have = zt_http_events_token_scope(s, c);
+    zt_scope need = zt_api_op_scope(http_op(method, url, get));
+    zt_api_error e;
+    if (have == ZT_SCOPE_NONE) {
+        bool sent = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_AUTHORIZATION) ||
+                    (is_events_url(url) && zt_http_arg(c, "access_token"));
+        zt_api_error_refusal(&e, GRPC_STATUS_UNAUTHENTICATED,
+                             sent ? "TOKEN_INVALID" : "CREDENTIALS_MISSING",
+                             "missing or invalid bearer token");
+        *ret = zt_http_send_refusal_error(c, MHD_HTTP_UNAUTHORIZED,
+                                          MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer", &e);
+        return false;
+    }
+    if (have < need) {
+        char text[512];
+        snprintf(text, sizeof text, "this token's scope is %s; %s %.300s needs %s",
+                 zt_scope_name(have), method, url, zt_scope_name(need));
+        zt_api_error_refusal(&e, GRPC_STATUS_PERMISSION_DENIED,
+                             "ACCESS_TOKEN_SCOPE_INSUFFICIENT", text);
+        zt_api_error_meta(&e, "scope", zt_scope_name(have));
+        zt_api_error_meta(&e, "requiredScope", zt_scope_name(need));
+        *ret = zt_http_send_refusal_error(c, MHD_HTTP_FORBIDDEN, NULL, NULL, &e);
+        return false;
+    }
+    return true;
 }
 
 static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const char *url,
@@ -239,36 +279,16 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
                                       "path: a control character (%%00-%%1F, %%7F) at byte %zu "
                                       "of the decoded path, which no route or name holds",
                                       (size_t)(p - url));
-    if (!strcmp(method, "OPTIONS"))
-        return preflight(c);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool api = starts_with(url, "/api/");
     if (api || !strcmp(url, "/metrics")) {
-        zt_scope have = zt_http_caller(s, c).scope;
-        if (have == ZT_SCOPE_NONE && is_events_url(url))
-            have = zt_http_events_token_scope(s, c);
-        zt_scope need = zt_api_op_scope(http_op(method, url, get));
-        zt_api_error e;
-        if (have == ZT_SCOPE_NONE) {
-            bool sent = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                    MHD_HTTP_HEADER_AUTHORIZATION) ||
-                        (is_events_url(url) && zt_http_arg(c, "access_token"));
-            zt_api_error_refusal(&e, GRPC_STATUS_UNAUTHENTICATED,
-                                 sent ? "TOKEN_INVALID" : "CREDENTIALS_MISSING",
-                                 "missing or invalid bearer token");
-            return zt_http_send_refusal_error(c, MHD_HTTP_UNAUTHORIZED,
-                                              MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer", &e);
-        }
-        if (have < need) {
-            char text[512];
-            snprintf(text, sizeof text, "this token's scope is %s; %s %.300s needs %s",
-                     zt_scope_name(have), method, url, zt_scope_name(need));
-            zt_api_error_refusal(&e, GRPC_STATUS_PERMISSION_DENIED,
-                                 "ACCESS_TOKEN_SCOPE_INSUFFICIENT", text);
-            zt_api_error_meta(&e, "scope", zt_scope_name(have));
-            zt_api_error_meta(&e, "requiredScope", zt_scope_name(need));
-            return zt_http_send_refusal_error(c, MHD_HTTP_FORBIDDEN, NULL, NULL, &e);
-        }
+        /* OPTIONS needs no token: a browser's CORS preflight carries none, and what it learns,
+         * a route's methods, the OpenAPI document says to anyone. It goes down the routes
+         * below like any method, so an unknown path is 404 as for GET, and method_not_allowed
+         * answers it for every route. */
+        enum MHD_Result ret;
+        if (strcmp(method, "OPTIONS") != 0 && !caller_may(s, c, method, url, get, &ret))
+            return ret;
         const char *bad_arg = control_arg(c);
         if (bad_arg)
             return zt_http_send_error(c, MHD_HTTP_BAD_REQUEST,
@@ -281,7 +301,6 @@ static enum MHD_Result route(zt_http_server *s, struct MHD_Connection *c, const 
                 return zt_http_jobs_list(s, c);
             if (strcmp(method, "POST") != 0)
                 return method_not_allowed(c, method, url, "GET, HEAD, POST, OPTIONS");
-            enum MHD_Result ret;
             if (!zt_http_guard_json(c, method, &ret))
                 return ret;
             return zt_http_jobs_submit(s, c, req ? &req->body : NULL);

@@ -17,9 +17,14 @@ In both, a config left with neither train_batch_size nor the micro batch gets th
 a missing accumulation) from the arguments, as ztrain documents (DeepSpeed alone refuses it).
 A refusal about the batch after "auto" was filled quotes what was filled, by key and value.
 
+max_grad_norm 1, 0.5, 0 and -1 with "gradient_clipping": "auto": ztrain accepts each and hands
+DeepSpeed's engine the gradient_clipping the Trainer fills (at or below 0, no clipping in both: the
+Trainer and DeepSpeed clip only above 0).
+
 Run: ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/test_ds_batch_auto.py (make test-deepspeed)
 """
 import copy
+import inspect
 import itertools
 import json
 import logging
@@ -32,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dsref import tool  # noqa: E402  (re-executes under .venv-ds)
 
 import deepspeed.runtime.config as dsc  # noqa: E402
+from deepspeed.runtime.engine import DeepSpeedEngine  # noqa: E402
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig  # noqa: E402
 from ztref import Checker, run  # noqa: E402
 
@@ -78,10 +84,11 @@ def fixed(v):
     return isinstance(v, int) and v >= 1
 
 
-def trainer_args(world, batch):
+def trainer_args(world, batch, max_grad_norm=1.0):
     return types.SimpleNamespace(
         world_size=world, per_device_train_batch_size=batch["per_device_train_batch_size"],
-        gradient_accumulation_steps=batch["gradient_accumulation_steps"], max_grad_norm=1.0,
+        gradient_accumulation_steps=batch["gradient_accumulation_steps"],
+        max_grad_norm=max_grad_norm,
         learning_rate=5e-5, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
         weight_decay=0.0, save_on_each_node=False, fp16=False, fp16_full_eval=False, bf16=False,
         bf16_full_eval=False)
@@ -151,6 +158,39 @@ with tempfile.TemporaryDirectory(prefix="ztrain-batch-auto-") as tmp:
         elif zt[0] == "refused" and "auto" in vals and "has to be greater" in zt[1] and \
                 '"auto" ' not in zt[1]:
             failures.append(f"{where}: the refusal does not quote the \"auto\" filled: {zt[1]}")
+
+def clipping_reference(max_grad_norm):
+    """gradient_clipping "auto" as the Trainer fills it and DeepSpeedConfig reads it, and whether
+    DeepSpeed then clips (its engine clips only above 0)."""
+    hf = TrainerConfig({"train_batch_size": 8, "gradient_clipping": "auto"})
+    hf.trainer_config_process(trainer_args(1, DEFAULTS, max_grad_norm))
+    clip = dsc.DeepSpeedConfig(hf.config, mpu=Mpu(1)).gradient_clipping
+    return clip, clip > 0.0
+
+
+# max_grad_norm at or below 0 is the Trainer's "no clipping" (it clips only when > 0); ztrain
+# takes it as DeepSpeed gets it. DeepSpeed's rule, read from its engine's source: it clips only
+# when gradient_clipping > 0, as ztrain's engine does (engine.c, clip_gradients).
+rule = inspect.getsource(DeepSpeedEngine._take_model_step)
+ck.check("if self.gradient_clipping() > 0.0:" in rule,
+         "DeepSpeed's engine clips only when gradient_clipping > 0")
+with tempfile.TemporaryDirectory(prefix="ztrain-clip-auto-") as tmp:
+    with open(os.path.join(tmp, "train.txt"), "w") as f:
+        f.write("some bytes to train on\n" * 200)
+    for mgn in (1.0, 0.5, 0.0, -1.0):
+        clip, clips = clipping_reference(mgn)
+        spec = job({"train_batch_size": 8, "gradient_clipping": "auto"}, 1, False)
+        spec["training_args"] = {"max_grad_norm": mgn}
+        path = os.path.join(tmp, "job.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        p = run([tool("ztrain"), "validate", path, "--json"], check=False, cwd=tmp, timeout=60)
+        out = json.loads(p.stdout)
+        got = out["effective_config"].get("gradient_clipping") if out["valid"] else None
+        ck.check(out["valid"] and got == clip,
+                 f"max_grad_norm {mgn}: DeepSpeed gets gradient_clipping {clip} (clips: {clips}), "
+                 f"ztrain {got if out['valid'] else out['errors']}")
+
 for f in failures[:30]:
     print("FAIL:", f)
 ck.check(not failures, f"{counts['ok'] + counts['refused']} jobs: the Trainer and DeepSpeed accept "

@@ -6,7 +6,12 @@ worker (--worker), a shell script that traps SIGTERM away and sleeps.
      way: the ranks are killed about 2 s after the first request, and the reason says 2 s (it said
      300 s).
   b. ztraind --grace 1 stopped with SIGTERM: it exits 0 soon after, and the restarted daemon shows
-     the job CANCELLED with a reason naming the 1 s grace period."""
+     the job CANCELLED with a reason naming the 1 s grace period.
+  c. A cancel that lands before the ranks have met: rank 0 is the real ztrain-worker, waiting at
+     the rendezvous for rank 1, a stand-in that never joins and exits 130 on SIGTERM as a real
+     rank stopped there does. Both exit 130, the checkpoint directory has no `latest`, and the
+     reason says the ranks stopped before training began without writing a checkpoint (it said
+     they wrote one)."""
 import json
 import os
 import re
@@ -50,6 +55,40 @@ def started(d, job_id):
             break
         time.sleep(0.05)
     return get_job(d, job_id)
+
+
+# Rank 0 the real worker; every other rank a stand-in that never joins the rendezvous and exits
+# as a real rank stopped there does (130, ztrain_worker.c).
+LATE_PEER = """#!/bin/sh
+if [ "$RANK" = 0 ]; then exec "{worker}" "$@"; fi
+trap 'exit 130' TERM
+echo "stand-in rank $RANK: not joining the rendezvous"
+while :; do sleep 0.2; done
+"""
+
+
+def late_peer_worker(top):
+    path = os.path.join(top, "late-peer-worker")
+    with open(path, "w") as f:
+        f.write(LATE_PEER.format(worker=os.path.join(BUILD, "ztrain-worker")))
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    return path
+
+
+def takes_stop_signals(pid, timeout=30):
+    """Waits until the process has its thread that takes SIGTERM (ztrain/stop_signals.h), so
+    that a cancel stops it rather than kills it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            for t in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{t}/comm") as f:
+                    if f.read().strip() == "zt-stop-signals":
+                        return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
 
 
 def grace_in(reason):
@@ -103,6 +142,35 @@ def case_b():
     ck.check(not d.sanitizer_errors(), f"b: no sanitizer report from ztraind {d.sanitizer_errors()}")
 
 
+def case_c():
+    top = temp_dir("ztrain-grace-c-")
+    d = Daemon(BUILD, top, extra_args=["--worker", late_peer_worker(top), "--max-ranks", "2"])
+    with d:
+        job_id = submit(d, tiny_job(d.data_root, name="late-peer", world_size=2)).id
+        deadline = time.monotonic() + 30
+        j = get_job(d, job_id)
+        while (len(j.ranks) < 2 or not j.ranks[0].pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            j = get_job(d, job_id)
+        waiting = bool(j.ranks) and takes_stop_signals(j.ranks[0].pid)
+        ck.check(waiting, f"c: rank 0, the real worker, waits at the rendezvous "
+                 f"({state_name(j.state)})")
+        d.stub().CancelJob(pb.CancelJobRequest(id=job_id), metadata=d.metadata, timeout=10)
+        end = wait_state(d, job_id, {"CANCELLED", "FAILED", "SUCCEEDED"}, timeout=60)
+        codes = [r.exit_code for r in end.ranks]
+        latest = os.path.join(end.checkpoint_dir, "latest")
+        ck.check(state_name(end.state) == "CANCELLED" and codes == [130, 130] and
+                 not os.path.exists(latest),
+                 f"c: CANCELLED, both ranks exit 130, no checkpoint ({state_name(end.state)}, "
+                 f"{codes}, latest there: {os.path.exists(latest)})")
+        ck.check("before training began" in end.reason and
+                 "without writing a checkpoint" in end.reason and
+                 "wrote a checkpoint" not in end.reason,
+                 f"c: the reason says no checkpoint was written: {end.reason!r}")
+    ck.check(not d.sanitizer_errors(), f"c: no sanitizer report from ztraind {d.sanitizer_errors()}")
+
+
 case_a()
 case_b()
+case_c()
 ck.done()

@@ -5,7 +5,8 @@ grpcio), with the worker's own metrics.jsonl as the reference for every number:
   b. Open routes (/healthz, /, /vendor/chart.js/, OPTIONS preflights) need no token; /api/* and
      /metrics answer 401 with WWW-Authenticate without it or with a wrong one; no response
      allows other origins (no Access-Control-Allow-Origin, Vary: Origin; a preflight from
-     another origin is 403: test_http_security.py has the rest); unknown routes 404, wrong methods 405, bad query values 400 naming
+     another origin is 403: test_http_security.py has the rest); unknown routes 404, wrong methods 405,
+     OPTIONS 204 with the 405's Allow (404 on unknown routes), bad query values 400 naming
      the parameter; path traversal under /static/ and /vendor/ is refused; an oversized POST is
      refused; garbage on the socket does not hurt the daemon. An HTTP/1.1 request without Host
      is 400 (RFC 9112 3.2) with a problem body; the refusals libmicrohttpd makes itself, before
@@ -198,6 +199,21 @@ def case_b(api, d):
                           headers={"Access-Control-Request-Method": "POST"})
     ck.check(s == 204 and cors_ok(h) and h.get("Access-Control-Max-Age"),
              f"b: OPTIONS is 204 with Max-Age, no token needed ({s})")
+    # OPTIONS names the methods a route takes in Allow (RFC 9110 9.3.7): the methods the 405 of
+    # a method it does not take names; a path with no route is 404, as for GET.
+    for path in ("/api/v1/jobs", "/api/v1/jobs/job-000001/cancel",
+                 "/api/v1/jobs/job-000001/events", "/api/v1/jobs/job-000001/metrics",
+                 "/metrics", "/healthz", "/"):
+        s, h, _ = api.request("OPTIONS", path, auth=False)
+        _, h405, _ = api.request("PUT", path)
+        ck.check(s == 204 and h.get("Allow") and h.get("Allow") == h405.get("Allow"),
+                 f"b: OPTIONS {path}: 204 with Allow {h.get('Allow')!r}, the 405's "
+                 f"{h405.get('Allow')!r} ({s})")
+    for path in ("/nothing", "/api/v1/nothing", "/api/v1/jobs/job-000001/nothing"):
+        s, _, body = api.request("OPTIONS", path, auth=False)
+        s_get, _, _ = api.request("GET", path)
+        ck.check(s == 404 == s_get and b"no route" in body,
+                 f"b: OPTIONS {path} is 404 as GET is ({s}, GET {s_get})")
     s, h, _ = api.request("OPTIONS", "/api/v1/jobs", auth=False,
                           headers={"Origin": "http://x", "Access-Control-Request-Method": "POST"})
     ck.check(s == 403 and cors_ok(h),

@@ -7,9 +7,10 @@ token and a finished job (run in .venv/ for schemathesis, from PyPI).
      scripts/openapi_messages.py generates from proto/ztrain.proto today.
   b. The document's routes are the server's: every operation answers with a status the
      document lists for it (never "no route"); every other method on a documented path is 405
-     with an Allow header naming exactly the documented methods; every sub-resource in the
+     with an Allow header naming exactly the documented methods, and OPTIONS on it (without a
+     token) is 204 with that Allow header; every sub-resource in the
      router's table (service/http/http_api.c, read here as text) is documented; a path the
-     document does not have is 404 "no route". Every operation lists the refusals it can
+     document does not have is 404 "no route", for OPTIONS too. Every operation lists the refusals it can
      meet: 403 for another site's Origin, 421 for a foreign Host, 401 without a token.
   c. The event stream answers text/event-stream for the job and a problem for a missing one
      (schemathesis streams only the finished job: schemathesis.toml says why).
@@ -116,6 +117,13 @@ def case_b(d, doc, job_id):
             allow = {x.strip() for x in h.get("Allow", "").split(",") if x.strip()}
             ck.check(s == 405 and allow - {"HEAD", "OPTIONS"} == set(documented),
                      f"b: {m} {path}: {s}, Allow {sorted(allow)} = documented {documented}")
+        # OPTIONS asks for the same methods (RFC 9110 9.3.7), with no token (a CORS preflight
+        # carries none).
+        s, h, _ = request(d, "OPTIONS", url, token=None)
+        allow = {x.strip() for x in h.get("Allow", "").split(",") if x.strip()}
+        ck.check(s == 204 and "OPTIONS" in allow and
+                 allow - {"HEAD", "OPTIONS"} == set(documented),
+                 f"b: OPTIONS {path}: {s}, Allow {sorted(allow)} = documented {documented}")
     # The refusals every operation can meet are listed for each: another site's Origin (403),
     # a Host that is not the server's (421), and no token where one is needed (401).
     for path, item in doc["paths"].items():
@@ -137,8 +145,9 @@ def case_b(d, doc, job_id):
     ck.check(len(subs) >= 10 and not undocumented,
              f"b: the router's {len(subs)} sub-resources are documented (missing {undocumented})")
     for path in ("/api/v1/jobs/x/nothing", "/api/v1/nothing", "/api/v2/jobs"):
-        s, _, body = request(d, "GET", path)
-        ck.check(s == 404 and b"no route" in body, f"b: GET {path} is 404 no route ({s})")
+        for m in ("GET", "OPTIONS"):
+            s, _, body = request(d, m, path)
+            ck.check(s == 404 and b"no route" in body, f"b: {m} {path} is 404 no route ({s})")
 
 
 def case_c(d, job_id):

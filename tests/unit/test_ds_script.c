@@ -284,12 +284,35 @@ static void test_warmup_steps(void) {
         ZT_ERR_INVALID, "job.json: key 'training_args.warmup_steps' must be a number");
 }
 
+/* max_grad_norm at or below 0: the Trainer clips only when it is > 0 (trainer.py, `if
+ * args.max_grad_norm is not None and args.max_grad_norm > 0`), and gradient_clipping "auto" takes
+ * it, which DeepSpeed applies only when > 0 (engine.py _take_model_step): accepted as no
+ * clipping, the value handed on as it is. A string is still no number. */
+static void test_max_grad_norm_off(void) {
+    static const double values[] = {0.0, -1.0, -0.5};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{" MODEL ", \"training_args\": {\"max_grad_norm\": %g}, "
+                 "\"deepspeed\": {\"train_batch_size\": 8, \"gradient_clipping\": \"auto\"}}",
+                 values[i]);
+        zt_job_spec job;
+        if (PARSE(json, &job)) {
+            CHECK(job.ds.gradient_clipping == values[i], "max_grad_norm %g: gradient_clipping %g",
+                  values[i], job.ds.gradient_clipping);
+            zt_job_spec_free(&job);
+        }
+    }
+    ERR("{" MODEL ", \"training_args\": {\"max_grad_norm\": \"1\"}, \"deepspeed\": {}}",
+        ZT_ERR_INVALID, "job.json: key 'training_args.max_grad_norm' must be a number");
+}
+
 int main(void) {
     test_key_table();
     test_training_args_checks();
     test_resolution();
     test_auto_train_batch();
     test_warmup_steps();
+    test_max_grad_norm_off();
     test_warnings_once();
     return check_summary("test_ds_script");
 }

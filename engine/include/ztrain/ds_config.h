@@ -212,7 +212,7 @@ typedef struct {
     double weight_decay;             /* 0 */
     double adam_beta1, adam_beta2;   /* 0.9, 0.999 */
     double adam_epsilon;             /* 1e-8 */
-    double max_grad_norm;            /* 1.0 */
+    double max_grad_norm;            /* 1.0; <= 0: no clipping, as in the Trainer */
     int per_device_train_batch_size; /* 8 */
     int gradient_accumulation_steps; /* 1 */
     /* 0. A number >= 1: that many steps (transformers 5 truncates a fraction, int(2.5) = 2); a
