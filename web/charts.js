@@ -38,6 +38,27 @@ export const CHARTS = {
   pipeline_bubble: {series: [{key: 'perf/pipeline_bubble', label: 'bubble fraction', color: '154,103,0', smooth: true}]},
 };
 
+/* Whether the job trains in fp16, the one precision with a loss scale: its resolved DeepSpeed
+ * config when rank 0 has written it, else the config or training arguments it was given. */
+export function usesFp16(job) {
+  const on = (cfg) => !!(cfg && typeof cfg === 'object' && cfg.fp16 && cfg.fp16.enabled === true);
+  if (job.effective_config) return on(job.effective_config);
+  const spec = job.spec || {};
+  return on(spec.deepspeed) || !!(spec.training_args && spec.training_args.fp16);
+}
+
+/* Hides the card of each chart of root named in `can` (chart name -> whether the jobs shown can
+ * fill it) that they cannot fill and that has no data, instead of its saying "no data"; a chart
+ * that has data after all stays. The job page calls it as the job refreshes, the comparison
+ * page after each redraw of its charts. */
+export function hideEmptyCharts(root, can) {
+  for (const [name, fill] of Object.entries(can)) {
+    const canvas = root.querySelector(`canvas[data-chart="${name}"]`);
+    const card = canvas && canvas.closest('figure');
+    if (card) card.hidden = !fill && canvas.parentElement.classList.contains('no-data');
+  }
+}
+
 /* TensorBoard's smoothing: an exponential moving average started at 0 and divided by
  * (1 - w^n) so the first points are not pulled towards 0; constant series and non-finite
  * values are left as they are. */

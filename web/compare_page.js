@@ -12,7 +12,7 @@
 import {TERMINAL, reportError} from './api.js';
 import {getJob, thinnedHistory} from './resources.js';
 import {clearBanner} from './banner.js';
-import {CHARTS, MAX_POINTS} from './charts.js';
+import {CHARTS, MAX_POINTS, hideEmptyCharts, usesFp16} from './charts.js';
 import {CompareCharts, JOB_COLORS} from './compare_charts.js';
 import {$, cloneTemplate, setText, stateBadge} from './dom.js';
 import {diffJson, leafText} from './json_diff.js';
@@ -169,10 +169,16 @@ export function compareView(main, q) {
    * newest step held, read again: a step's evaluation record may come after its training one. */
   async function loadHistory(j, since = 0) {
     const keys = [...new Set(Object.values(CHARTS).flatMap((c) => c.series.map((s) => s.key)))];
-    for (const rec of await thinnedHistory(j.id, keys, MAX_POINTS, {signal}, since)) {
+    for (const rec of await thinnedHistory(j.job, keys, MAX_POINTS, {signal}, since)) {
       charts.addRecord(j.id, rec);
       if (rec.step > j.maxStep) j.maxStep = rec.step;
     }
+  }
+
+  /* The loss-scale card is hidden, as the job page hides it, while no job compared trains in
+   * fp16 or has a loss scale; called after each redraw of the charts. */
+  function hideUnfillable() {
+    hideEmptyCharts(root, {loss_scale: jobs.some((j) => j.job && usesFp16(j.job))});
   }
 
   function setJob(j, job) {
@@ -207,6 +213,7 @@ export function compareView(main, q) {
     }
     if (!alive) return;
     charts.setXMode(opts.x);
+    hideUnfillable();
     root.dataset.loaded = 'true';
     timer = setTimeout(poll, POLL_MS);
   }
@@ -224,6 +231,7 @@ export function compareView(main, q) {
         }
         if (!alive) return;
         charts.redraw();
+        hideUnfillable();
         renderJobs();
         if (configs) renderDiffs();
         clearBanner('error');

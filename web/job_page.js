@@ -10,7 +10,7 @@
 import {AuthError, ApiError, TERMINAL, apiFetch, apiJson, jobPath, readEvents, reportError} from './api.js';
 import {anomalyFromApi, getJob, int, jobFromApi, logFromApi, recordFromApi, thinnedHistory} from './resources.js';
 import {clearBanner, showBanner} from './banner.js';
-import {CHARTS, JobCharts, MAX_POINTS} from './charts.js';
+import {CHARTS, JobCharts, MAX_POINTS, hideEmptyCharts, usesFp16} from './charts.js';
 import {renderRecovery} from './job_recovery.js';
 import {SystemPanel, rankHistoryKeys} from './system_panel.js';
 import {EventMarkers} from './event_markers.js';
@@ -162,26 +162,11 @@ export function jobView(main, id) {
     return `${d.format}: loss on the trained tokens · ${layout}`;
   }
 
-  /* Whether the job trains in fp16, the one precision with a loss scale: its resolved DeepSpeed
-   * config when rank 0 has written it, else the config or training arguments it was given. */
-  function usesFp16(job) {
-    const on = (cfg) => !!(cfg && typeof cfg === 'object' && cfg.fp16 && cfg.fp16.enabled === true);
-    if (job.effective_config) return on(job.effective_config);
-    const spec = job.spec || {};
-    return on(spec.deepspeed) || !!(spec.training_args && spec.training_args.fp16);
-  }
-
   /* Panels the job cannot fill are hidden instead of saying "no data" (issue 34): the loss
-   * scale of a job not in fp16, the pipeline bubble of a job without stages. A panel that has
-   * data after all stays. */
+   * scale of a job not in fp16, the pipeline bubble of a job without stages. */
   function hideUnfillable(job) {
     const stages = job.spec && job.spec.pipeline ? job.spec.pipeline.stages || 1 : 1;
-    const can = {loss_scale: usesFp16(job), pipeline_bubble: stages > 1};
-    for (const [name, fill] of Object.entries(can)) {
-      const canvas = root.querySelector(`canvas[data-chart="${name}"]`);
-      const card = canvas && canvas.closest('figure');
-      if (card) card.hidden = !fill && canvas.parentElement.classList.contains('no-data');
-    }
+    hideEmptyCharts(root, {loss_scale: usesFp16(job), pipeline_bubble: stages > 1});
   }
 
   /* A rank of a pipelined or tensor-parallel job carries its coordinates in the job's grid
@@ -399,7 +384,7 @@ export function jobView(main, id) {
   function loadHistory(job) {
     const keys = [...new Set(Object.values(CHARTS).flatMap((c) => c.series.map((s) => s.key)))]
       .concat(rankHistoryKeys(job.world_size || 1));
-    return thinnedHistory(id, keys, MAX_POINTS, {signal});
+    return thinnedHistory(job, keys, MAX_POINTS, {signal});
   }
 
   /* Where the first event stream starts: TAIL_RECORDS logged steps before the history's end. */

@@ -95,13 +95,15 @@ function attemptFromApi(a) {
 /* A Job message as the views use it (no checkpoints: getJob adds them). */
 export function jobFromApi(j) {
   const spec = specFromApi(j.spec);
+  const started = timeMs(j.startTime);
   const job = {
     id: j.id || '', name: j.name || '', state: stateName(j.state), reason: j.reason || '',
     world_size: spec.world_size || 1, device: spec.device || 'cpu', comm: j.comm || '',
     grid: {dp: int(j.grid && j.grid.dp) || 1, pp: int(j.grid && j.grid.pp) || 1,
       tp: int(j.grid && j.grid.tp) || 1},
-    created_unix_ms: timeMs(j.createTime), started_unix_ms: timeMs(j.startTime),
-    finished_unix_ms: timeMs(j.endTime), elapsed_ms: durationMs(j.runDuration) || 0,
+    created_unix_ms: timeMs(j.createTime), started_unix_ms: started,
+    /* null (shown "—") for a job that has not started: a queued one ran for no time at all. */
+    finished_unix_ms: timeMs(j.endTime), elapsed_ms: started ? durationMs(j.runDuration) || 0 : null,
     step: int(j.step), max_steps: int(j.maxSteps), loss: num(j.loss),
     tokens_per_second: num(j.tokensPerSecond),
     ranks: (j.ranks || []).map(rankFromApi), attempts: (j.attempts || []).map(attemptFromApi),
@@ -149,36 +151,51 @@ export function anomalyFromApi(a) {
     message: a.message || ''};
 }
 
+/* The time of a step's points, of the times of its records (in the order they came) and the
+ * start times of the job's attempts: its first record's, the training one (an evaluation record
+ * of the step comes after it), in the newest attempt that logged the step (a restart runs the
+ * steps since its checkpoint again, and the page draws their newer values). NaN for none. */
+export function stepTime(times, attemptStarts) {
+  if (!times.length) return NaN;
+  const last = times[times.length - 1];
+  const from = Math.max(-Infinity, ...attemptStarts.filter((t) => t <= last));
+  return times.find((t) => t >= from);
+}
+
 /* Keys of one /metrics query: the API's limit (64), less the record time asked with each. */
 const KEYS_PER_QUERY = 63;
 const TIME_KEY = 'time_unix_ms';
 
-/* Job id's history of `keys` from step `since` on, thinned by the API to at most maxPoints points
- * a key, as records in step order ({step, time_unix_ms, values}), for the charts of the job and
- * comparison pages.
+/* A job's history of `keys` from step `since` on, thinned by the API to at most maxPoints
+ * points a key, as records in step order ({step, time_unix_ms, values}), for the charts of the
+ * job and comparison pages.
  * Keys logged at the same steps are thinned to the same steps; each query also asks for the
- * records' time, and a point whose record time did not come is placed between its
- * neighbours'. */
-export async function thinnedHistory(id, keys, maxPoints, opts, since = 0) {
+ * records' time (stepTime() picks a step's), and a point whose record time did not come is
+ * placed between its neighbours'. */
+export async function thinnedHistory(job, keys, maxPoints, opts, since = 0) {
   const bySteps = new Map();
   for (let i = 0; i < keys.length; i += KEYS_PER_QUERY) {
     const ask = keys.slice(i, i + KEYS_PER_QUERY).concat([TIME_KEY]);
-    const res = await apiJson(jobPath(id, `/metrics?keys=${encodeURIComponent(ask.join(','))}` +
+    const res = await apiJson(jobPath(job.id, `/metrics?keys=${encodeURIComponent(ask.join(','))}` +
       `&max_points=${maxPoints}&since_step=${since}`), opts);
     for (const ser of res.series || []) {
       /* proto3 JSON: steps are int64 strings, values doubles (NaN as "NaN"). */
       (ser.steps || []).map(int).forEach((step, k) => {
         let rec = bySteps.get(step);
         if (!rec) {
-          rec = {step, time_unix_ms: NaN, values: {}};
+          rec = {step, time_unix_ms: NaN, values: {}, times: []};
           bySteps.set(step, rec);
         }
-        /* A step can have two records (training, then evaluation): the chart's points are
-         * the training record's, the first. */
+        /* A step run again after a restart has the newer attempt's values, which come later. */
         if (ser.key !== TIME_KEY) rec.values[ser.key] = num(ser.values[k]);
-        else if (!isNum(rec.time_unix_ms)) rec.time_unix_ms = num(ser.values[k], NaN);
+        else if (isNum(num(ser.values[k]))) rec.times.push(num(ser.values[k]));
       });
     }
+  }
+  const starts = (job.attempts || []).map((a) => a.started_unix_ms).filter((t) => t > 0);
+  for (const rec of bySteps.values()) {
+    rec.time_unix_ms = stepTime(rec.times, starts);
+    delete rec.times;
   }
   const recs = [...bySteps.values()].sort((a, b) => a.step - b.step);
   let prev = -1;

@@ -44,8 +44,9 @@ export class Series {
     this.dirty = false;
   }
 
-  /* Adds point p (p.step set) or, when the step is kept already, replaces that point's y (a
-   * record replayed by a reconnected stream). Returns the kept point, or null when p was older
+  /* Adds point p (p.step set) or, when the step is kept already, replaces that point with p (a
+   * record replayed by a reconnected stream, or the step run again after a restart: its value
+   * and its time are the newer record's). Returns the kept point, or null when p was older
    * than what is kept of its bucket and dropped. */
   add(p) {
     const pts = this.points;
@@ -72,9 +73,9 @@ export class Series {
       else hi = mid;
     }
     if (lo < n && pts[lo].step === p.step) {
-      pts[lo].y = p.y;
+      pts[lo] = p;
       this.dirty = true;
-      return pts[lo];
+      return p;
     }
     /* An older step: kept only where its bucket has no point yet. */
     const b = g.bucket(p.step);

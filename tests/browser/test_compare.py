@@ -26,6 +26,10 @@ end with an eval every 20 steps.
      1,000 points, up to its last step, each equal to /metrics at its step; the page read no
      more than a megabyte for it (it read every record, all keys, 3.5 MB here and 120 MB for
      100,000 steps, and kept them all).
+  i. The loss-scale card is hidden while no job compared trains in fp16 (A and B: the API has
+     no train/loss_scale for either), as the job page hides it; it showed an empty chart. The
+     other cards stay. A compared with a one-rank fp16 job shows it, the fp16 job's line equal
+     to /metrics.
 A screenshot of the restored view goes to $ZTRAIN_BUILD/compare.png."""
 import json
 import os
@@ -112,6 +116,14 @@ def diff_rows(drv, table):
     return drv.execute_script(DIFF_JS, table)
 
 
+def cards_shown(drv):
+    """{chart testid: whether its card is shown} of the comparison's charts."""
+    return drv.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('[data-testid=\"compare-view\"] "
+        "canvas[data-chart]')].map(c => [c.dataset.testid, getComputedStyle(c.closest('figure'))"
+        ".display !== 'none']));")
+
+
 def loaded(drv):
     return drv.execute_script(
         "const v = document.querySelector('[data-testid=\"compare-view\"]');"
@@ -149,7 +161,10 @@ def main():
             job["data"]["val"] = "train.txt"
             job["deepspeed"]["optimizer"]["params"]["lr"] = lr
             ids.append(submit(d, job).id)
-        for jid in ids:
+        fp16 = tiny_job(d.data_root, name="cmp-fp16", max_steps=40)
+        fp16["deepspeed"]["fp16"] = {"enabled": True}
+        fp16_id = submit(d, fp16).id
+        for jid in ids + [fp16_id]:
             j = wait_state(d, jid, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
             ck.check(j.state == 5, f"job {jid} succeeded ({j.reason})")
         jobs = {jid: api(d, f"/api/v1/jobs/{jid}") for jid in ids}
@@ -158,7 +173,7 @@ def main():
             drv = start_browser()
             # a. select both on the jobs page
             drv.get(d.http_url + "/")
-            wait_until(lambda: len(drv.find_elements(By.CSS_SELECTOR, '[data-testid="job-select"]')) == 2, 15)
+            wait_until(lambda: len(drv.find_elements(By.CSS_SELECTOR, '[data-testid="job-select"]')) == 3, 15)
             button = q(drv, "compare-selected")
             ck.check(button.get_attribute("disabled") is not None, "a: Compare is disabled with nothing checked")
             for jid in ids:
@@ -173,6 +188,13 @@ def main():
             check_lines(drv, d, ids, series, "b")
             lr = [chart_points(drv, "cmp-chart-lr", "train/learning_rate", jid) for jid in ids]
             ck.check(lr[0] and lr[1] and lr[0][0][2] != lr[1][0][2], "b: the learning-rate lines differ")
+
+            # i. no job in fp16: no loss-scale card
+            scales = [api_series(d, jid, "train/loss_scale")[0] for jid in ids]
+            shown = cards_shown(drv)
+            ck.check(scales == [[], []] and shown == {**{t: True for t, _ in CHART_KEYS},
+                                                      "cmp-chart-loss-scale": False},
+                     f"i: two fp32 jobs: the loss-scale card hidden, the others shown ({shown})")
 
             # c. the diffs
             specs = [{k: v for k, v in jobs[j]["spec"].items() if k != "deepspeed"} for j in ids]
@@ -225,6 +247,16 @@ def main():
             # e.
             severe = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
             ck.check(not severe, f"e: no SEVERE console entries ({severe[:3]})")
+
+            # i. an fp16 job compared: the loss-scale card shows its line
+            drv.get("about:blank")
+            drv.get(f"{d.http_url}/#/compare?jobs={ids[0]},{fp16_id}")
+            wait_until(lambda: loaded(drv), 20)
+            want = list(zip(*api_series(d, fp16_id, "train/loss_scale")))
+            got = [(s, y) for s, _, y in chart_points(drv, "cmp-chart-loss-scale", "train/loss_scale", fp16_id)]
+            ck.check(cards_shown(drv)["cmp-chart-loss-scale"] and want and got == want,
+                     f"i: with an fp16 job the loss-scale card shows, its {len(got)} points equal "
+                     f"to /metrics ({len(want)})")
 
             # f. a running job's lines grow while the page is open
             run_id = submit(d, tiny_job(d.data_root, name="cmp-running", max_steps=LONG)).id

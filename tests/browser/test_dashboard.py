@@ -4,7 +4,8 @@ ztraind running real jobs; the daemon's JSON API is the reference for everything
 A daemon with --max-ranks 2 gets job A (2 ranks, a few hundred steps, eval and checkpoints)
 and then job B (2 ranks, endless), which therefore waits in QUEUED until A is done.
 
-  a. The jobs page lists both: A reaches RUNNING and B shows QUEUED with the daemon's reason.
+  a. The jobs page lists both: A reaches RUNNING and B shows QUEUED with the daemon's reason,
+     and, not started (no startTime in the API), Elapsed and ETA "—" (Elapsed said "0s").
      Tab reaches A's link (with a visible focus outline) and Enter opens A's page.
   b. During training: a screenshot of the job page at laptop size goes to
      $ZTRAIN_BUILD/dashboard.png and one at phone size (390 px, mobile emulation) to
@@ -182,6 +183,13 @@ def case_list(drv, d, a_id, b_id):
     ck.check(rows.get(b_id, ("", ""))[0] == "QUEUED" and b_api["state"] == "QUEUED" and
              b_api["reason"] and rows[b_id][1] == b_api["reason"],
              f"a: job B is QUEUED with the daemon's reason ({rows.get(b_id)} vs {b_api['reason']!r})")
+    times = drv.execute_script(
+        "const tr = document.querySelector(`tr[data-job-id=\"${arguments[0]}\"]`);"
+        "return tr && ['elapsed', 'eta'].map(t => tr.querySelector(`[data-testid=\"${t}\"]`).textContent);",
+        b_id)
+    ck.check(not b_api.get("started_unix_ms") and times == ["—", "—"],
+             f"a: queued job B, not started ({b_api.get('started_unix_ms')}), shows Elapsed and ETA "
+             f"as unknown: {times}")
     order = drv.execute_script("return [...document.querySelectorAll('[data-testid=\"job-row\"]')]"
                                ".map(tr => tr.dataset.jobId);")
     ck.check(order[:2] == [b_id, a_id], f"a: newest first ({order})")

@@ -14,7 +14,14 @@ a real ztraind; the daemon's JSON API is the reference.
      steps, has 9,900 steps at 10 steps/s left, 990 s (it was given 9.8 s, the inherited steps
      counted as made in no time); a job restarted 60 s into its 100 s from step 400, now at
      600 of 1,000, has 400 steps at 5 steps/s left, 80 s; a job never restarted at 250 of 1,000
-     after 50 s, 150 s."""
+     after 50 s, 150 s.
+  f. Wall time after a restart: job R (one rank, max_restarts 1, killed mid-run) runs the steps
+     from its checkpoint to where it was killed again, and they have two records each. On R's
+     page, open through the restart and
+     opened again after the end (its history, /metrics thinned), every train/loss point is the
+     newest /records record of its step: its value, at (that record's time_unix_ms -
+     started_unix_ms) / 1000 on the wall-time axis. Such a point kept the first attempt's time
+     with the second attempt's value."""
 import os
 import signal
 import sys
@@ -27,10 +34,13 @@ from svc import (BUILD, Checker, Daemon, get_job, spec_proto, state_name, stubs,
                  temp_dir, tiny_job, wait_state)
 
 from page import api, start_browser, wait_until  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
 
 ck = Checker()
 pb = stubs()[0]
 STEPS, INTERVAL = 240, 20
+# Job R: a larger model, some 30 steps a second on a loaded 2-core machine.
+R_STEPS = 300
 
 
 def submit(d, job, max_restarts=0, fork=None):
@@ -73,32 +83,96 @@ def running_job(step, max_steps, run_duration, attempts):
                          for i, (at, frm) in enumerate(attempts)]}
 
 
+# The loss chart's raw train/loss points: [[step, x, y], ...].
+LOSS_JS = """
+const ch = Chart.getChart(document.querySelector('[data-testid="chart-loss"]'));
+const d = ch && ch.data.datasets.find((d) => d.ztKey === 'train/loss' && d.ztRole === 'raw');
+return d ? (d._data || d.data).map((p) => [p.step, p.x, p.y]) : [];"""
+
+
+def newest_losses(d, job_id):
+    """[(step, wall seconds since the start, train/loss)] of each step's newest record with a
+    train/loss (/records), and how many steps have more than one."""
+    started = api(d, f"/api/v1/jobs/{job_id}")["started_unix_ms"]
+    newest, seen, query = {}, set(), "since_step=0"
+    while query:
+        page = api(d, f"/api/v1/jobs/{job_id}/records?{query}")
+        for r in page["records"]:
+            v = r["values"].get("train/loss")
+            if isinstance(v, (int, float)):
+                if r["step"] in newest:
+                    seen.add(r["step"])
+                newest[r["step"]] = (r["step"], (r["time_unix_ms"] - started) / 1000, v)
+        query = page["next_page_token"] and f"page_token={page['next_page_token']}"
+    return [newest[s] for s in sorted(newest)], len(seen)
+
+
+def check_wall_time(drv, d, job_id, what):
+    want, again = newest_losses(d, job_id)
+    got = drv.execute_script(LOSS_JS)
+    bad = [(g, w) for g, w in zip(got, want)
+           if g[0] != w[0] or g[2] != w[2] or abs(g[1] - w[1]) > 1e-9]
+    ck.check(again > 0 and len(got) == len(want) and not bad,
+             f"f: {what}: the loss chart's {len(got)} points are each step's newest record "
+             f"({len(want)}, {again} steps logged twice), on the wall-time axis: {bad[:2]}")
+
+
+def job_loaded(drv):
+    return drv.execute_script("const v = document.querySelector('[data-testid=\"job-view\"]');"
+                              "return !!v && v.dataset.loaded === 'true';")
+
+
 def open_job(drv, d, job_id):
     drv.get(f"{d.http_url}/#/jobs/{job_id}")
     return wait_until(lambda: (s := page_state(drv)) and s["state"] in ("SUCCEEDED",) and s, 30)
 
 
 d = Daemon(BUILD, temp_dir("ztrain-recovery-page-"), max_ranks=2)
-job = tiny_job(d.data_root, name="restarts", max_steps=STEPS, world_size=2,
-               checkpoint_interval=INTERVAL)
-a = submit(d, job, max_restarts=1)
-running = wait_until(lambda: (j := get_job(d, a.id)) and j.step >= INTERVAL + 5 and
-                     all(r.pid and r.running for r in j.ranks) and j, 60)
-ck.check(bool(running) and running.step < STEPS, "job A runs mid-way when rank 1 is killed")
-if running:
-    os.kill(running.ranks[1].pid, signal.SIGKILL)
-a = wait_state(d, a.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
-ck.check(state_name(a.state) == "SUCCEEDED" and len(a.attempts) == 2,
-         f"job A SUCCEEDED after one restart ({state_name(a.state)}, {len(a.attempts)} attempts)")
-fork = submit(d, tiny_job(d.data_root, name="fork", max_steps=INTERVAL + 4, world_size=1,
-                          checkpoint_interval=INTERVAL), fork=(a.id, INTERVAL))
-fork = wait_state(d, fork.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
-ck.check(state_name(fork.state) == "SUCCEEDED", f"fork B SUCCEEDED ({fork.reason!r})")
-plain = submit(d, tiny_job(d.data_root, name="plain", max_steps=5))
-plain = wait_state(d, plain.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
-
 drv = start_browser()
 try:
+    job = tiny_job(d.data_root, name="restarts", max_steps=STEPS, world_size=2,
+                   checkpoint_interval=INTERVAL)
+    a = submit(d, job, max_restarts=1)
+    running = wait_until(lambda: (j := get_job(d, a.id)) and j.step >= INTERVAL + 5 and
+                         all(r.pid and r.running for r in j.ranks) and j, 60)
+    ck.check(bool(running) and running.step < STEPS, "job A runs mid-way when rank 1 is killed")
+    if running:
+        os.kill(running.ranks[1].pid, signal.SIGKILL)
+    a = wait_state(d, a.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
+    ck.check(state_name(a.state) == "SUCCEEDED" and len(a.attempts) == 2,
+             f"job A SUCCEEDED after one restart ({state_name(a.state)}, {len(a.attempts)} attempts)")
+    # f. job R, slower, killed with its page open on the wall-time axis: the page follows the
+    # restart live, then loads R's history afresh.
+    rj = tiny_job(d.data_root, name="rerun", max_steps=R_STEPS, checkpoint_interval=50)
+    rj["model"].update(n_layer=4, n_embd=128, block_size=64)
+    rj["deepspeed"]["train_micro_batch_size_per_gpu"] = 8
+    r = submit(d, rj, max_restarts=1)
+    drv.get(f"{d.http_url}/#/jobs/{r.id}")
+    wait_until(lambda: job_loaded(drv), 30)
+    drv.find_element(By.CSS_SELECTOR, '[data-testid="x-time"]').click()
+    running = wait_until(lambda: (j := get_job(d, r.id)) and j.step >= 80 and
+                         all(x.pid and x.running for x in j.ranks) and j, 60)
+    ck.check(bool(running) and running.step < R_STEPS - 20, "job R runs mid-way when it is killed")
+    if running:
+        os.kill(running.ranks[0].pid, signal.SIGKILL)
+    r = wait_state(d, r.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=120)
+    ck.check(state_name(r.state) == "SUCCEEDED" and len(r.attempts) == 2,
+             f"job R SUCCEEDED after one restart ({state_name(r.state)}, {len(r.attempts)} attempts)")
+    wait_until(lambda: (s := page_state(drv)) and s["state"] == "SUCCEEDED" and
+               [p[0] for p in drv.execute_script(LOSS_JS)[-1:]] == [R_STEPS], 30)
+    check_wall_time(drv, d, r.id, "open through the restart")
+    drv.get("about:blank")
+    drv.get(f"{d.http_url}/#/jobs/{r.id}")
+    wait_until(lambda: job_loaded(drv), 30)
+    drv.find_element(By.CSS_SELECTOR, '[data-testid="x-time"]').click()
+    check_wall_time(drv, d, r.id, "opened after the end")
+    fork = submit(d, tiny_job(d.data_root, name="fork", max_steps=INTERVAL + 4, world_size=1,
+                              checkpoint_interval=INTERVAL), fork=(a.id, INTERVAL))
+    fork = wait_state(d, fork.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
+    ck.check(state_name(fork.state) == "SUCCEEDED", f"fork B SUCCEEDED ({fork.reason!r})")
+    plain = submit(d, tiny_job(d.data_root, name="plain", max_steps=5))
+    plain = wait_state(d, plain.id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=60)
+
     s = open_job(drv, d, a.id)
     want = api(d, f"/api/v1/jobs/{a.id}")["attempts"]
     ck.check(bool(s) and not s["panelHidden"], f"a: A's page shows the attempts panel ({s})")
