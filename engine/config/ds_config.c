@@ -615,6 +615,17 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const zt_json
         zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect with "
                    "offload_optimizer on NVMe: the update streams the parameters through "
                    "offload_optimizer.buffer_count buffers");
+    /* The update reads 16-bit gradients in bf16/fp16 training (docs/deepspeed.md), which
+     * DeepSpeed's fp32 accumulation would not: said rather than ignored. */
+    zt_json_obj dt;
+    const char *accum = NULL;
+    zt_json_child(top, "data_types", &dt);
+    zt_json_get_string(&dt, "grad_accum_dtype", &accum, NULL);
+    const char *accum_type = accum ? dtype_canonical(accum) : NULL;
+    if (mixed && accum_type && strcmp(accum_type, "fp32") == 0)
+        zt_ds_warn(src, "data_types.grad_accum_dtype \"%s\" has no effect in %s training: ztrain "
+                   "accumulates the gradients the update reads in %s", accum,
+                   cfg->bf16.enabled ? "bf16" : "fp16", cfg->bf16.enabled ? "bf16" : "fp16");
     if (!mixed && cfg->communication_data_type[0] && strcmp(cfg->communication_data_type, "fp32"))
         zt_ds_warn(src, "communication_data_type \"%s\" has no effect in fp32 training: ztrain "
                    "communicates fp32 gradients in fp32", cfg->communication_data_type);

@@ -1157,6 +1157,15 @@ static void test_gates(void) {
     OK("{" B "\"zero_optimization\": {\"stage\": 2, \"sub_group_size\": 4096}}", 1, &c);
     CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: zero_optimization.sub_group_size has no "
                  "effect without offload_optimizer or offload_param\n") == 0, "%s", c.warnings);
+    /* fp32 gradient accumulation is what fp32 training does; in bf16/fp16 training the update
+     * reads 16-bit gradients, so the key is warned there rather than ignored. */
+    OK("{" B "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", 1, &c);
+    CHECK(strcmp(c.warnings, "") == 0, "%s", c.warnings);
+    OK("{" B "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": \"float32\"}}",
+       1, &c);
+    CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: data_types.grad_accum_dtype \"float32\" has "
+                 "no effect in bf16 training: ztrain accumulates the gradients the update reads "
+                 "in bf16\n") == 0, "%s", c.warnings);
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
     ERR_PREFIX("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_INVALID,
