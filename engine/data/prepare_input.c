@@ -253,6 +253,18 @@ static zt_status bad_line(prep_reader *r, uint64_t *bad, const char *why) {
                     r->line, why);
 }
 
+/* How many members of the object `j` are named `key`: cJSON keeps every one, and its lookup finds
+ * the first where Python's json.loads keeps the last. */
+static int count_members(const cJSON *j, const char *key) {
+    int n = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, j) {
+        if (m->string && strcmp(m->string, key) == 0)
+            n++;
+    }
+    return n;
+}
+
 zt_status prep_reader_next(prep_reader *r, const char **doc, size_t *len, bool *owned,
                            uint64_t *bad_lines) {
     *doc = NULL;
@@ -286,6 +298,13 @@ zt_status prep_reader_next(prep_reader *r, const char **doc, size_t *len, bool *
         }
         if (!j) {
             ZT_TRY(bad_line(r, bad_lines, "not JSON"));
+            continue;
+        }
+        if (cJSON_IsObject(j) && count_members(j, r->field) > 1) {
+            cJSON_Delete(j);
+            char why[160];
+            snprintf(why, sizeof why, "the field \"%.100s\" is given twice", r->field);
+            ZT_TRY(bad_line(r, bad_lines, why));
             continue;
         }
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, r->field);

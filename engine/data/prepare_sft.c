@@ -347,6 +347,29 @@ static zt_status add_example(sft_run *r, split_buf *b) {
     return ZT_OK;
 }
 
+/* The line [p, end) as one JSON value, as Python's json.loads reads it: NULL when it is not JSON
+ * or has more than blanks after the value (a second object on the line would otherwise be
+ * dropped unseen). */
+static cJSON *parse_line(const char *p, const char *end) {
+    const char *rest = NULL;
+    cJSON *obj = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &rest, false);
+    while (obj && rest < end && (*rest == ' ' || *rest == '\t' || *rest == '\r'))
+        rest++;
+    if (obj && rest < end) {
+        cJSON_Delete(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+/* A bad line: the error, or counted and skipped under --skip-bad-lines. */
+static zt_status bad_line(sft_run *r, zt_status s) {
+    if (!r->o->skip_bad_lines)
+        return s;
+    r->st->bad_lines++;
+    return ZT_OK;
+}
+
 static zt_status read_file(sft_run *r, const char *path, uint64_t *index) {
     char *text;
     size_t len;
@@ -365,7 +388,7 @@ static zt_status read_file(sft_run *r, const char *path, uint64_t *index) {
         while (*q == ' ' || *q == '\t' || *q == '\r')
             q++;
         if (*q) {
-            cJSON *obj = cJSON_Parse(p);
+            cJSON *obj = parse_line(p, end);
             /* 5.0 stays a float in the template, and 12345678901234567891 exact, as in
              * Python's json.loads (only a chat template sees the numbers of a line) */
             if (obj && r->o->format == ZT_PREPARE_CHAT &&
@@ -373,10 +396,10 @@ static zt_status read_file(sft_run *r, const char *path, uint64_t *index) {
                 s = zt_error(ZT_ERR_NOMEM, "%s: out of memory keeping a large integer's digits",
                              where);
             } else if (!cJSON_IsObject(obj)) {
-                if (r->o->skip_bad_lines)
-                    r->st->bad_lines++;
-                else
-                    s = zt_error(ZT_ERR_FORMAT, "%s: not a JSON object", where);
+                s = bad_line(r, zt_error(ZT_ERR_FORMAT, "%s: not a JSON object", where));
+            } else if ((s = zt_json_check_duplicates(obj, where, "the line", "", NULL)) != ZT_OK) {
+                /* cJSON finds the first of two same keys, json.loads keeps the last */
+                s = bad_line(r, s);
             } else {
                 s = r->o->format == ZT_PREPARE_CHAT ? chat_example(r, obj, where)
                                                     : prompt_completion_example(r, obj, where);

@@ -7,7 +7,8 @@ shards. The shards' tokens, read back from the llm.c format, must equal HF's enc
 document in input order with the separators; shards are exactly --shard-size tokens but the last;
 the validation split takes about --val-fraction of the documents and the two splits partition
 them. Then bad input: a line that is not JSON and one without the field (errors naming file and
-line, or counted under --skip-bad-lines), a vocabulary too large for uint16 (refused; uint32
+line, or counted under --skip-bad-lines; a field given twice, which json.loads reads as the
+last; prompt-completion lines with a second object or a key given twice), a vocabulary too large for uint16 (refused; uint32
 shards chosen by default), an unknown tokenizer model, existing shards — none of which may leave
 a shard or a temporary file behind. A directory prepared into itself twice reads its text, never
 its own shards (skipped in a directory or glob, refused when named).
@@ -266,6 +267,58 @@ def main():
         for e in tok_gpt2.encode_batch(docs[:3]):
             want += [sep] + e.ids
         check(r.returncode == 0 and got == want, f"a CRLF JSONL file: {r.stdout} {r.stderr}")
+        # A whole text file is one document read byte for byte: its "\r\n" stays, where
+        # Python's open() in text mode (and HF datasets' sample_by="document") reads "\n".
+        whole = os.path.join(d, "whole.txt")
+        raw = b"first line\r\nsecond\rthird\n\r\n" + docs[1].encode() + b"\r"
+        with open(whole, "wb") as f:
+            f.write(raw)
+        want = [sep] + tok_gpt2.encode(raw.decode()).ids
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "whole"), whole)
+        got = sum((read_shard(p)[0] for p in shards(os.path.join(d, "whole"), "data", "train")), [])
+        check(r.returncode == 0 and got == want, f"a whole CRLF text file: {r.stderr}")
+
+        # A JSONL line that gives the field twice: json.loads keeps the last, cJSON the first;
+        # refused naming file, line and field rather than one of the two taken silently.
+        twice = os.path.join(d, "twice.jsonl")
+        line = '{"text": "first", "text": "second"}'
+        with open(twice, "w") as f:
+            f.write('{"text": "fine"}\n' + line + "\n")
+        check(json.loads(line)["text"] == "second", "json.loads keeps the last of two keys")
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "twice"), twice)
+        check(r.returncode == 1 and f'{twice}:2: the field "text" is given twice' in r.stderr
+              and not glob.glob(f"{d}/twice/*"), f"a field given twice: {r.stderr}")
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "twice"), "--skip-bad-lines",
+                    twice)
+        got = sum((read_shard(p)[0] for p in shards(os.path.join(d, "twice"), "data", "train")), [])
+        check(r.returncode == 0 and got == [sep] + tok_gpt2.encode("fine").ids,
+              f"a field given twice under --skip-bad-lines: {r.stdout} {r.stderr}")
+
+        # prompt-completion lines as json.loads reads them: a second object after the first
+        # ("Extra data") and a key given twice are bad lines, not a line half read.
+        pc = os.path.join(d, "pc.jsonl")
+        bad_pc = ['{"prompt": "a", "completion": "b"} {"prompt": "c", "completion": "d"}',
+                  '{"prompt": "a", "completion": "b", "completion": "c"}',
+                  '{"prompt": "a", "completion": "b"} x']
+        for i, text in enumerate(bad_pc):
+            with open(pc, "w") as f:
+                f.write('{"prompt": "p", "completion": "q"}\n' + text + "\n")
+            try:
+                json.loads(text)
+                loads = "ok"
+            except json.JSONDecodeError as e:
+                loads = e.msg
+            check(loads == "Extra data" or json.loads(text)["completion"] == "c",
+                  f"json.loads reads {text} so: {loads}")
+            out = os.path.join(d, "pc%d" % i)
+            r = prepare("--tokenizer", gpt2, "--out", out, "--format", "prompt-completion", pc)
+            check(r.returncode == 1 and f"{pc}:2: " in r.stderr and not glob.glob(f"{out}/*"),
+                  f"prompt-completion line {text}: {r.returncode} {r.stdout} {r.stderr}")
+            r = prepare("--tokenizer", gpt2, "--out", out, "--format", "prompt-completion",
+                        "--skip-bad-lines", pc)
+            got = sum((read_shard(p)[0] for p in shards(out, "data", "train")), [])
+            check(r.returncode == 0 and got == tok_gpt2.encode("pq").ids + [sep],
+                  f"prompt-completion line {text} skipped: {got} {r.stdout} {r.stderr}")
     if failures:
         print(f"{len(failures)} failures", file=sys.stderr)
         sys.exit(1)
