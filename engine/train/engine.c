@@ -132,9 +132,9 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->grad_norm = NAN;
     e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
     e->dtype = zt_ds_train_dtype(ds);
-    /* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes rank RANK's local gradients of optimizer step
-     * STEP not finite: how tests reach the overflow paths on purpose. */
-    e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->rank);
+    /* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes job rank RANK's local gradients of optimizer
+     * step STEP not finite: how tests reach the overflow paths on purpose. */
+    e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->job_rank);
     zt_loss_scaler_init(&e->scaler, ds);
     zt_backend_options bo = {.threads = opts->threads};
     /* A GPU rank takes the GPU of its LOCAL_RANK (ztrain/gpu.h), as the NCCL transport does. */
