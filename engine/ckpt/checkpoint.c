@@ -170,7 +170,8 @@ static zt_status agree(zt_engine *e, zt_status mine, const char *what) {
     zt_comm *c = zt_engine_comm(e);
     if (!c)
         return mine;
-    double failed[2] = {mine != ZT_OK ? 1.0 : 0.0, mine != ZT_OK ? -(double)zt_engine_rank(e) : -1e9};
+    double failed[2] = {mine != ZT_OK ? 1.0 : 0.0,
+                        mine != ZT_OK ? -(double)zt_engine_job_rank(e) : -1e9};
     zt_status s = zt_comm_all_reduce(c, failed, 2, ZT_F64, ZT_REDUCE_MAX);
     if (s != ZT_OK)
         return s;

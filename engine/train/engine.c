@@ -132,9 +132,9 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
     e->grad_norm = NAN;
     e->world = opts->comm ? zt_comm_world_size(opts->comm) : 1;
     e->dtype = zt_ds_train_dtype(ds);
-    /* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes rank RANK's local gradients of optimizer step
-     * STEP not finite: how tests reach the overflow paths on purpose. */
-    e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->rank);
+    /* ZTRAIN_INJECT_NAN_GRAD="STEP[:RANK]" makes job rank RANK's local gradients of optimizer
+     * step STEP not finite: how tests reach the overflow paths on purpose. */
+    e->inject_nan_step = zt_inject_step("ZTRAIN_INJECT_NAN_GRAD", opts->job_rank);
     zt_loss_scaler_init(&e->scaler, ds);
     zt_backend_options bo = {.threads = opts->threads};
     /* A GPU rank takes the GPU of its LOCAL_RANK (ztrain/gpu.h), as the NCCL transport does. */
@@ -188,6 +188,7 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                          (size_t)ds->zero.stage3_param_persistence_threshold,
                          overlap, (size_t)ds->zero.stage3_prefetch_bucket_size,
                          e->dtype, zt_ds_comm_dtype(ds), offload_optimizer);
+    e->zero.job_rank = opts->job_rank;
     if (s == ZT_OK && opts->stage)
         zt_zero_set_pipeline(&e->zero, opts->stage_comm);
     if (s == ZT_OK && stage.tp_size > 1)
@@ -700,6 +701,7 @@ void *zt_engine_local_grads(zt_engine *e, zt_dtype *dtype) {
     return e->zero.half ? (void *)e->zero.g16 : (void *)e->model->grads;
 }
 int zt_engine_rank(const zt_engine *e) { return e->zero.rank; }
+int zt_engine_job_rank(const zt_engine *e) { return e->zero.job_rank; }
 int zt_engine_world_size(const zt_engine *e) { return e->world; }
 
 double zt_engine_trained_tokens(const zt_engine *e, double *all) {

@@ -809,8 +809,8 @@ zt_status zt_train_run(const zt_job_spec *job, const zt_train_options *opts, zt_
         s = open_data(&t);
     if (s == ZT_OK) {
         zt_engine_options eo = {.seed = job->train.seed, .shuffle = job->data.shuffle,
-                                .rank = t.rank, .comm = t.comm, .device = job->device,
-                                .threads = opts->threads,
+                                .rank = t.rank, .job_rank = t.rank, .comm = t.comm,
+                                .device = job->device, .threads = opts->threads,
                                 .log = t.rank == 0 ? opts->progress : NULL,
                                 .job_name = job->name};
         if (job->pipeline.stages > 1) {

@@ -354,14 +354,15 @@ zt_status zt_zero_agree(zt_zero *z, zt_status mine, const char *what) {
         return mine;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", zt_last_error());
-    double failed = mine != ZT_OK ? (double)z->rank + 1.0 : 0.0;
+    /* The maximum over the ranks of ZT_MAX_WORLD - job_rank picks the lowest failing job rank. */
+    double failed = mine != ZT_OK ? (double)(ZT_MAX_WORLD - z->job_rank) : 0.0;
     zt_status s = zt_comm_all_reduce(z->comm, &failed, 1, ZT_F64, ZT_REDUCE_MAX);
     if (mine != ZT_OK)
         return zt_error(mine, "%s", msg);
     ZT_TRY(s);
     if (failed > 0.0)
         return zt_error(ZT_ERR_IO, "rank %d could not %s (its own message says why)",
-                        (int)failed - 1, what);
+                        ZT_MAX_WORLD - (int)failed, what);
     return ZT_OK;
 }
 

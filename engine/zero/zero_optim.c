@@ -249,7 +249,7 @@ zt_status zt_zero_init_offload(zt_zero *z, const zt_zero_config *cfg, zt_optimiz
     size_t base = z->stage == 0 ? 0 : z->own_lo;
     zt_offload_spec spec = {
         .be = z->be,
-        .rank = z->rank,
+        .rank = z->job_rank,
         .job_name = job_name,
         .n = z->stage == 0 ? m->n_padded : z->part,
         .optimizer = &cfg->offload_optimizer,

@@ -135,17 +135,23 @@ with tempfile.TemporaryDirectory() as d:
         marker = "OVERFLOW! Rank 0 Skipping step." if stage else "Grad overflow on iteration"
         ck.check(marker in p.stdout + p.stderr, f"{name}: DeepSpeed's overflow line is logged ('{marker}')")
     # One rank's gradients become NaN at step 5 (fault injection): every rank skips that step.
-    for precision in ("bf16", "fp16"):
+    # With tensor parallelism (nan-tp) rank 1 is shard 1 of the one replica (data-parallel rank
+    # 0): the fault goes by the job's rank, and the shard's NaN reaches the other through the
+    # gradient norm summed over the TP group.
+    for precision in ("bf16", "fp16", "tp"):
         name = f"nan-{precision}"
-        write_job(f"{d}/{name}.json", job(precision, 2, f"ck-{name}", steps=12))
+        spec = job("bf16" if precision == "tp" else precision, 2, f"ck-{name}", steps=12)
+        if precision == "tp":
+            spec["deepspeed"]["tensor_parallel"] = {"autotp_size": 2}
+        write_job(f"{d}/{name}.json", spec)
         env = dict(os.environ, ZTRAIN_INJECT_NAN_GRAD="5:1")
         p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], env=env)
         recs = read_metrics(f"{d}/{name}/metrics.jsonl")
         skipped = [r["train/skipped_steps"] for r in recs]
         ck.check(skipped == [0] * 4 + [1] * 8, f"{name}: exactly step 5 was skipped ({skipped})")
         ck.check(recs[-1]["train/loss"] < recs[0]["train/loss"], f"{name}: training goes on")
-        line = ("bf16 gradient overflow at step 5: skipping the step" if precision == "bf16"
-                else "OVERFLOW! Rank 0 Skipping step.")
+        line = ("OVERFLOW! Rank 0 Skipping step." if precision == "fp16"
+                else "bf16 gradient overflow at step 5: skipping the step")
         ck.check(line in p.stdout, f"{name}: logged '{line}'")
     # bf16 with check_grad_overflow false, and fp32: a NaN is never applied silently.
     for precision in ("bf16", "fp32"):

@@ -251,6 +251,27 @@ with tempfile.TemporaryDirectory() as d:
              f"disk full at step 3: the last checkpoint is {latest}, metrics for steps {steps}")
     ck.check(left_in(nvme) == [], f"disk full at step 3: nothing left under nvme_path ({left_in(nvme)})")
 
+    # With tensor parallelism or a pipeline a rank's ZeRO partition is its place in its
+    # data-parallel group, not its rank: the grid (docs/parallelism-tp.md) puts job rank 3 at
+    # replica 1 of shard 1 (dp 2 x tp 2; its replica partner is rank 1) and at replica 1 of
+    # stage 1 (pp 2 x dp 2; partner rank 2). The fault, the directory and every message go by
+    # the job's rank.
+    for name, grid, stage, partner in [
+            ("fulltp", {"deepspeed": {"tensor_parallel": {"autotp_size": 2}}}, 3, 1),
+            ("fullpp", {"pipeline": {"stages": 2}}, 1, 2)]:
+        spec = job(name, 4, stage, nvme, NV, param=NV if stage == 3 else None, interval=1)
+        spec["deepspeed"]["train_micro_batch_size_per_gpu"] = GLOBAL // 2
+        spec["deepspeed"].update(grid.get("deepspeed", {}))
+        spec.update({k: v for k, v in grid.items() if k != "deepspeed"})
+        p = ztrain_run(d, spec, env={"ZTRAIN_INJECT_NVME_FULL": "3:3"}, check=False)
+        fails(f"{name}: disk full at step 3 on rank 3 (ZTRAIN_INJECT_NVME_FULL)", p,
+              [f"rank 3: writing {nvme}/ztrain-{name}-rank3-", "No space left on device",
+               f"rank {partner}: rank 3 could not update its offloaded state"], startup=False)
+        out = p.stdout + p.stderr
+        ck.check(f"ztrain-{name}-rank1-" not in out and "rank 1 could not" not in out,
+                 f"{name}: no message blames rank 1, the failing rank's replica index")
+        ck.check(left_in(nvme) == [], f"{name}: nothing left under nvme_path ({left_in(nvme)})")
+
     # A read-only and a full filesystem, for real where a private mount namespace is allowed.
     prefix = try_private_mount()
     if prefix is None:

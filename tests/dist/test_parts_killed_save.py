@@ -14,6 +14,8 @@ a checkpoint every 5:
       its rename) and its `latest` names global_step5: the resume takes global_step10.
   the second part has no checkpoint at all: refused naming the part, and nothing is written.
   the layout marker (pipeline.json, tp.json) is damaged: refused naming it, nothing written.
+  the second part's directory is a file, with 2 replicas: the save fails, and its other replica
+      names the failing rank by its rank in the job (before: by its replica index, "rank 0").
 
 Before, the pipeline refused to resume ("delete the newer stage checkpoints") and the TP job
 failed loading a shard that does not exist, so a job killed while saving never resumed on its
@@ -147,5 +149,22 @@ with tempfile.TemporaryDirectory() as top:
                  "cannot be resumed without it" in p.stderr and listing(ckpt) == before,
                  f"{layout}: a damaged {marker} is refused naming it, nothing written: "
                  f"{(p.stdout + p.stderr).strip()[-400:]}")
+        shutil.rmtree(ckpt)
+
+        # A part that cannot save at all (its directory is a file), with 2 replicas: the part's
+        # other replica names the failing rank by its rank in the job, not by its replica index
+        # (rank = (stage * dp + replica) * tp + shard: the second part's replica 0 is rank 2 of
+        # the pipeline, rank 1 of TP).
+        os.makedirs(ckpt)
+        open(f"{ckpt}/{second}", "w").close()
+        spec = job(layout, ckpt, False)
+        spec["world_size"] = 4
+        p = train(d, "unsaved", spec)
+        failing = 2 if layout == "pipeline" else 1
+        out = p.stdout + p.stderr
+        ck.check(p.returncode != 0 and f"rank 3: creating the checkpoint directory failed on "
+                 f"rank {failing}\n" in out and f"{ckpt}/{second}: exists and is not a directory"
+                 in out, f"{layout}: a part whose directory is a file fails the save naming rank "
+                 f"{failing}: {out.strip()[-500:]}")
         shutil.rmtree(ckpt)
 ck.done()

@@ -233,7 +233,7 @@ static bool train(const run_case *c, int rank, zt_device device, counts_fn count
     zt_dataset data;
     zt_engine *e = NULL;
     zt_engine_options opts = {.seed = 5, .shuffle = true, .threads = 1, .device = device,
-                              .rank = rank, .comm = comm, .job_name = tag};
+                              .rank = rank, .job_rank = rank, .comm = comm, .job_name = tag};
     /* With TP both ranks are the shards of one replica, as the trainer sets them up: the TP
      * group is every rank, and there is no data-parallel group. */
     zt_tp_groups groups = {0};

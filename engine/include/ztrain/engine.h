@@ -47,6 +47,8 @@ typedef struct {
     uint64_t seed;       /* weight init (unless init_from) and data shuffling */
     bool shuffle;        /* shuffle the training data each epoch */
     int rank;            /* this process's data-parallel rank */
+    int job_rank;        /* its rank in the job (rank's equal without a pipeline or TP): the rank
+                            that messages and NVMe offload directories name */
     zt_comm *comm;       /* the job's communicator; NULL for one rank */
     FILE *log;           /* where DeepSpeed-style lines go (steps_per_print, wall_clock_breakdown);
                             NULL: silent */
@@ -197,7 +199,10 @@ double zt_engine_global_grad_norm(const zt_engine *e); /* of the last applied st
 zt_engine_timers zt_engine_get_timers(const zt_engine *e);
 /* Model-state memory held by this rank since the last call (see zt_engine_memory). */
 zt_engine_memory zt_engine_take_memory(zt_engine *e);
+/* This rank's place in the data-parallel group (its ZeRO partition, optim_rank_<r>), and its rank
+ * in the job (what messages name; the same without a pipeline or TP). */
 int zt_engine_rank(const zt_engine *e);
+int zt_engine_job_rank(const zt_engine *e);
 int zt_engine_world_size(const zt_engine *e);
 zt_comm *zt_engine_comm(zt_engine *e);
 /* The slice of the flat buffers this rank owns, and the partition size (see engine/include/ztrain/zero.h). */

@@ -59,7 +59,9 @@ typedef struct {
     zt_backend *be;                     /* allocates the host state and I/O buffers; the data
                                            pointers of reads, writes and tiles are host memory
                                            that this backend can copy */
-    int rank;
+    int rank;                           /* the process's rank in the job (not its place in a
+                                           data-parallel group): the directory name, the messages
+                                           and ZTRAIN_INJECT_NVME_FULL's RANK */
     const char *job_name;               /* part of the directory name; NULL: "job" */
     size_t n;                           /* elements of every stream */
     zt_offload_stream_spec streams[ZT_OFFLOAD_STREAMS];

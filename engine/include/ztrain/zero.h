@@ -78,6 +78,9 @@ typedef struct {
 
 typedef struct {
     int stage, rank, world;
+    int job_rank;               /* this process's rank in the job (rank is its place in comm, the
+                                   data-parallel group): what messages and offload directories
+                                   name; set by the caller after zt_zero_init */
     zt_comm *comm;              /* NULL when world == 1 */
     zt_model *model;
     zt_backend *be;             /* the model's: every buffer below is its device memory */
@@ -259,7 +262,7 @@ zt_status zt_zero_update(zt_zero *z, zt_optimizer *o, float *p, const float *g, 
 
 /* Collective: whether any rank's `mine` failed. A failing rank keeps its own status and message;
  * the others return ZT_ERR_IO with "rank R could not <what> (its own message says why)" naming
- * the first failing rank. Without a communicator, mine. */
+ * the failing rank of the lowest job_rank. Without a communicator, mine. */
 zt_status zt_zero_agree(zt_zero *z, zt_status mine, const char *what);
 
 /* The fp32 masters (ZT_OFFLOAD_MASTER) and the optimizer's state (ZT_OFFLOAD_EXP_AVG: Adam's
