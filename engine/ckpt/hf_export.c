@@ -207,7 +207,7 @@ static zt_status copy_generation_config(const char *src, const char *config_path
     return s;
 }
 
-/* The config.json whose special token ids (bos_token_id, eos_token_id) the export keeps, into
+/* The config.json whose special token ids (add_token_ids) the export keeps, into
  * src ("" for none): that of the model directory the job started from (model.init_from), as
  * from_pretrained and then save_pretrained keep them, else the one beside the job's tokenizer
  * (data.tokenizer). Both are recorded in the checkpoint. */
@@ -259,14 +259,15 @@ static zt_status ids_from_tokenizer_config(const char *dir, const char *tag, cJS
     return s;
 }
 
-/* The special token ids a model's config.json carries (bos_token_id, eos_token_id), which
- * generation reads and the checkpoint does not hold: taken from source_config's config.json, or
- * else from the tokenizer_config.json beside the job's tokenizer through the tokenizer. With
+/* The special token ids a model's config.json carries (bos_token_id, eos_token_id,
+ * pad_token_id), which generation reads and the checkpoint does not hold: taken from
+ * source_config's config.json, or else (bos and eos) from the tokenizer_config.json beside the
+ * job's tokenizer through the tokenizer. With
  * neither, config.json stays without them (transformers' defaults). A generation_config.json
  * beside the source config.json comes along, as save_pretrained writes the one from_pretrained
  * read. */
 static zt_status add_token_ids(const char *dir, const char *tag, const char *config_path) {
-    static const char *const keys[] = {"bos_token_id", "eos_token_id"};
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
     char src[4200];
     ZT_TRY(source_config(dir, tag, src, sizeof src));
     cJSON *from = NULL, *out = NULL;

@@ -1,11 +1,11 @@
 """`ztrain export --hf` keeps what save_pretrained keeps of the model directory a job started from.
 
 A model loaded with from_pretrained and saved with save_pretrained keeps its config.json's
-bos_token_id and eos_token_id and its generation_config.json (Llama 3's list of stop tokens,
-sampling defaults), which generate reads. For a GPT-2 and a Qwen2 saved here with their own
-special token ids and an edited generation_config.json, a job whose model section is only the
-directory and block_size, with pretokenized data and no data.tokenizer, runs one step at lr 0;
-its export must give the same token ids (AutoConfig) and the same generation config
+bos_token_id, eos_token_id and pad_token_id and its generation_config.json (Llama 3's list of
+stop tokens, sampling defaults), which generate reads. For a GPT-2 and a Qwen2 saved here with
+their own special token ids (GPT-2's pad too) and an edited generation_config.json, a job whose
+model section is only the directory and block_size, with pretokenized data and no data.tokenizer, runs one step at lr 0;
+its export must give the same bos, eos and pad ids (AutoConfig) and the same generation config
 (GenerationConfig.from_pretrained) as transformers' own from_pretrained + save_pretrained of the
 directory. Before the fix the ids were left out (GPT-2's then read as 50256, past a vocabulary of
 101; Qwen2's eos as none) and generation_config.json was not written."""
@@ -36,7 +36,8 @@ ck = Checker()
 def saved(family, hf_dir):
     if family == "gpt2":
         model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=101,
-                                           n_positions=BLOCK, bos_token_id=7, eos_token_id=9))
+                                           n_positions=BLOCK, bos_token_id=7, eos_token_id=9,
+                                           pad_token_id=8))
     else:
         model = hf_model(family, 3, **base_config(num_key_value_heads=4, use_sliding_window=False,
                                                   bos_token_id=5, eos_token_id=6))
@@ -75,9 +76,10 @@ for family in ["gpt2", "qwen2"]:
         if p.returncode != 0:
             continue
         want, got = AutoConfig.from_pretrained(f"{d}/want"), AutoConfig.from_pretrained(f"{d}/out")
-        ck.check((got.bos_token_id, got.eos_token_id) == (want.bos_token_id, want.eos_token_id),
-                 f"{family}: config.json's bos/eos ids {(got.bos_token_id, got.eos_token_id)}, "
-                 f"save_pretrained's {(want.bos_token_id, want.eos_token_id)}")
+        ids = [(k, getattr(got, k), getattr(want, k))
+               for k in ("bos_token_id", "eos_token_id", "pad_token_id")]
+        ck.check(all(g == w for _, g, w in ids),
+                 f"{family}: config.json's token ids (exported, save_pretrained's): {ids}")
         want_gen = generation(f"{d}/want")
         got_gen = generation(f"{d}/out") if os.path.exists(f"{d}/out/generation_config.json") \
             else None
