@@ -20,6 +20,7 @@
 #include "ztrain/ckpt_tp.h"
 #include "ckpt_tp_weights.h"
 #include "ztrain/comm.h"
+#include "ztrain/hf_config.h"
 #include "ztrain/safetensors.h"
 
 #define META_FORMAT "ztrain-checkpoint"
@@ -109,6 +110,8 @@ static char *meta_json(zt_engine *e, const zt_job_spec *job, const char *tag, bo
     cJSON_AddStringToObject(m, "tag", tag);
     if (job && job->data.tokenizer)
         cJSON_AddStringToObject(m, "tokenizer", job->data.tokenizer);
+    if (job && job->model.init_from && zt_hf_is_dir(job->model.init_from))
+        cJSON_AddStringToObject(m, "hf_source", job->model.init_from);
     if (job && job->service_job_id)
         cJSON_AddStringToObject(m, "job_id", job->service_job_id);
     cJSON_AddNumberToObject(m, "global_steps", (double)zt_engine_global_steps(e));
@@ -467,20 +470,21 @@ zt_status zt_ckpt_meta_spec(const cJSON *meta, const char *tagdir, zt_model_spec
     return ZT_OK;
 }
 
-/* Reads meta.json itself rather than through the loader's checks: `ztrain sample` has already
- * read the model spec, which makes them, from the same checkpoint. */
-zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
+/* A path meta.json records under key, read from meta.json itself rather than through the
+ * loader's checks: `ztrain sample` has already read the model spec, which makes them, from the
+ * same checkpoint. */
+static zt_status read_meta_path(const char *dir, const char *tag, const char *key, char **path) {
     char latest[256], tagdir[4096], file[4200], *text;
     *path = NULL;
     /* A pipeline's and a tensor-parallel job's meta.json are in their parts' directories, the
      * same job's in each: the first stage's, and shard 0's. */
     if (zt_ckpt_pipeline_stages(dir) > 0) {
         zt_ckpt_stage_dir(file, sizeof file, dir, 0);
-        return zt_ckpt_read_tokenizer(file, tag, path);
+        return read_meta_path(file, tag, key, path);
     }
     if (zt_ckpt_tp_size(dir) > 0) {
         zt_ckpt_tp_shard_dir(file, sizeof file, dir, 0);
-        return zt_ckpt_read_tokenizer(file, tag, path);
+        return read_meta_path(file, tag, key, path);
     }
     if (!tag) {
         ZT_TRY(zt_ckpt_latest(dir, latest, sizeof latest));
@@ -493,12 +497,20 @@ zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) 
     free(text);
     if (!meta)
         return zt_error(ZT_ERR_FORMAT, "%s: not valid JSON", file);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, "tokenizer");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(meta, key);
     zt_status s = ZT_OK;
     if (cJSON_IsString(t) && !(*path = strdup(t->valuestring)))
         s = zt_error(ZT_ERR_NOMEM, "out of memory");
     cJSON_Delete(meta);
     return s;
+}
+
+zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path) {
+    return read_meta_path(dir, tag, "tokenizer", path);
+}
+
+zt_status zt_ckpt_read_hf_source(const char *dir, const char *tag, char **path) {
+    return read_meta_path(dir, tag, "hf_source", path);
 }
 
 /* The saved partitions tile the flat parameters [0, n) in rank order (save_optimizer): file r's

@@ -192,61 +192,107 @@ static const char *special_token(const cJSON *cfg, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* The special token ids a model's config.json carries (bos_token_id, eos_token_id), which
- * generation reads and the checkpoint does not hold: taken, as save_pretrained keeps them, from
- * the config.json beside the job's tokenizer (data.tokenizer, recorded in the checkpoint), or
- * else from the tokenizer_config.json beside it through the tokenizer. Without a recorded
- * tokenizer, or with neither file, config.json stays without them (transformers' defaults). */
-static zt_status add_token_ids(const char *dir, const char *tag, const char *config_path) {
-    static const char *const keys[] = {"bos_token_id", "eos_token_id"};
-    char *tok_path = NULL;
+/* The generation_config.json beside the source config.json src, if any, copied beside the
+ * export's config.json. */
+static zt_status copy_generation_config(const char *src, const char *config_path) {
+    char from[4200], to[4400], *data;
+    size_t len;
+    zt_path_beside(src, "generation_config.json", from, sizeof from);
+    if (access(from, F_OK) != 0)
+        return ZT_OK;
+    zt_path_beside(config_path, "generation_config.json", to, sizeof to);
+    ZT_TRY(zt_read_file(from, &data, &len));
+    zt_status s = zt_write_file_atomic(to, data, len);
+    free(data);
+    return s;
+}
+
+/* The config.json whose special token ids (add_token_ids) the export keeps, into
+ * src ("" for none): that of the model directory the job started from (model.init_from), as
+ * from_pretrained and then save_pretrained keep them, else the one beside the job's tokenizer
+ * (data.tokenizer). Both are recorded in the checkpoint. */
+static zt_status source_config(const char *dir, const char *tag, char *src, size_t cap) {
+    char *from = NULL;
+    src[0] = '\0';
+    ZT_TRY(zt_ckpt_read_hf_source(dir, tag, &from));
+    if (from)
+        snprintf(src, cap, "%s/config.json", from);
+    free(from);
+    if (src[0] && access(src, F_OK) == 0)
+        return ZT_OK;
+    src[0] = '\0';
+    ZT_TRY(zt_ckpt_read_tokenizer(dir, tag, &from));
+    if (from)
+        zt_path_beside(from, "config.json", src, cap);
+    free(from);
+    if (src[0] && access(src, F_OK) != 0)
+        src[0] = '\0';
+    return ZT_OK;
+}
+
+/* The ids of the bos_token and eos_token of the tokenizer_config.json beside the job's
+ * tokenizer, through the tokenizer, as keys[] of a config.json: a new object (NULL with
+ * neither file). */
+static zt_status ids_from_tokenizer_config(const char *dir, const char *tag, cJSON **ids) {
+    char *tok_path = NULL, src[4200];
+    *ids = NULL;
     ZT_TRY(zt_ckpt_read_tokenizer(dir, tag, &tok_path));
     if (!tok_path)
         return ZT_OK;
-    char src[4200];
-    cJSON *from = NULL, *out = NULL;
+    zt_path_beside(tok_path, "tokenizer_config.json", src, sizeof src);
+    cJSON *from = NULL;
     zt_tokenizer_t *tok = NULL;
     zt_status s = ZT_OK;
-    zt_path_beside(tok_path, "config.json", src, sizeof src);
-    bool have_config = access(src, F_OK) == 0;
-    if (!have_config)
-        zt_path_beside(tok_path, "tokenizer_config.json", src, sizeof src);
-    if (access(src, F_OK) != 0)
-        goto done;
-    s = zt_json_load_file(src, &from);
-    if (s == ZT_OK && !have_config)
+    if (access(src, F_OK) == 0 && (s = zt_json_load_file(src, &from)) == ZT_OK)
         s = zt_tokenizer_load(tok_path, &tok);
+    if (s == ZT_OK && tok && !(*ids = cJSON_CreateObject()))
+        s = zt_error(ZT_ERR_NOMEM, "out of memory");
+    for (int i = 0; s == ZT_OK && *ids && i < 2; i++) {
+        const char *text = special_token(from, i == 0 ? "bos_token" : "eos_token");
+        int32_t id = text ? zt_tokenizer_token_id(tok, text) : -1;
+        if (id >= 0)
+            cJSON_AddNumberToObject(*ids, i == 0 ? "bos_token_id" : "eos_token_id", id);
+    }
+    cJSON_Delete(from);
+    zt_tokenizer_destroy(tok);
+    free(tok_path);
+    return s;
+}
+
+/* The special token ids a model's config.json carries (bos_token_id, eos_token_id,
+ * pad_token_id), which generation reads and the checkpoint does not hold: taken from
+ * source_config's config.json, or else (bos and eos) from the tokenizer_config.json beside the
+ * job's tokenizer through the tokenizer. With
+ * neither, config.json stays without them (transformers' defaults). A generation_config.json
+ * beside the source config.json comes along, as save_pretrained writes the one from_pretrained
+ * read. */
+static zt_status add_token_ids(const char *dir, const char *tag, const char *config_path) {
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    char src[4200];
+    ZT_TRY(source_config(dir, tag, src, sizeof src));
+    cJSON *from = NULL, *out = NULL;
+    zt_status s = src[0] ? zt_json_load_file(src, &from)
+                         : ids_from_tokenizer_config(dir, tag, &from);
+    if (s != ZT_OK || !from)
+        return s;
+    if (src[0])
+        s = copy_generation_config(src, config_path);
     if (s == ZT_OK)
         s = zt_json_load_file(config_path, &out);
     for (size_t i = 0; s == ZT_OK && i < sizeof keys / sizeof keys[0]; i++) {
-        cJSON *v = NULL;
-        if (have_config) {
-            const cJSON *given = cJSON_GetObjectItemCaseSensitive(from, keys[i]);
-            if (given)
-                v = cJSON_Duplicate(given, true);
-        } else {
-            char name[16];
-            snprintf(name, sizeof name, "%.3s_token", keys[i]);
-            const char *text = special_token(from, name);
-            int32_t id = text ? zt_tokenizer_token_id(tok, text) : -1;
-            if (id >= 0)
-                v = cJSON_CreateNumber(id);
-        }
-        if (v) {
+        const cJSON *given = cJSON_GetObjectItemCaseSensitive(from, keys[i]);
+        if (given) {
             cJSON_DeleteItemFromObjectCaseSensitive(out, keys[i]);
-            cJSON_AddItemToObject(out, keys[i], v);
+            cJSON_AddItemToObject(out, keys[i], cJSON_Duplicate(given, true));
         }
     }
-    char *text = s == ZT_OK ? cJSON_Print(out) : NULL;
+    char *text = s == ZT_OK ? zt_json_print(out, true) : NULL;
     if (s == ZT_OK)
         s = text ? zt_write_file_atomic(config_path, text, strlen(text))
                  : zt_error(ZT_ERR_NOMEM, "%s: out of memory", config_path);
     cJSON_free(text);
-done:
     cJSON_Delete(from);
     cJSON_Delete(out);
-    zt_tokenizer_destroy(tok);
-    free(tok_path);
     return s;
 }
 

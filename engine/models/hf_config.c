@@ -693,6 +693,10 @@ bool zt_hf_parse_size(const char *text, uint64_t *bytes) {
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcasecmp(end, units[i].unit) == 0) {
             double b = floor(v * units[i].scale);
+            /* transformers' convert_file_size_to_int: a lowercase final b of KB, MB or GB is
+             * bits ("5Gb" is 625000000 bytes), rounded down. */
+            if (strlen(end) == 2 && end[1] == 'b')
+                b = floor(b / 8);
             if (!(b >= 1 && b < 1.8e19))
                 return false;
             *bytes = (uint64_t)b;

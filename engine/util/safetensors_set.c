@@ -153,6 +153,24 @@ static zt_status open_index(zt_st_set *set, const char *index) {
     return s;
 }
 
+/* The error for a model directory without safetensors weights; one with PyTorch's pickled
+ * weights (what save_pretrained writes with safe_serialization=False, and older Hub repos hold),
+ * which from_pretrained would read, is told how to convert them. */
+static zt_status no_safetensors(const char *dir) {
+    static const char *const pickles[] = {"pytorch_model.bin", "pytorch_model.bin.index.json"};
+    for (size_t i = 0; i < sizeof pickles / sizeof pickles[0]; i++) {
+        char bin[4400];
+        snprintf(bin, sizeof bin, "%s/%s", dir, pickles[i]);
+        if (is_file(bin))
+            return zt_error(ZT_ERR_IO, "%s: no " SINGLE_NAME " or " INDEX_NAME " in this "
+                            "directory, only %s (PyTorch's pickle format, which ztrain does not "
+                            "read): convert it with AutoModelForCausalLM.from_pretrained(dir)"
+                            ".save_pretrained(new_dir) (safetensors is save_pretrained's default)",
+                            dir, pickles[i]);
+    }
+    return zt_error(ZT_ERR_IO, "%s: no " SINGLE_NAME " or " INDEX_NAME " in this directory", dir);
+}
+
 zt_status zt_st_set_open(zt_st_set *set, const char *path) {
     memset(set, 0, sizeof *set);
     char index[4400], single[4400];
@@ -167,8 +185,7 @@ zt_status zt_st_set_open(zt_st_set *set, const char *path) {
         else if (is_file(index))
             what = index;
         else
-            return zt_error(ZT_ERR_IO, "%s: no " SINGLE_NAME " or " INDEX_NAME " in this "
-                            "directory", path);
+            return no_safetensors(path);
     }
     set->path = strdup(what);
     if (!set->path)

@@ -24,6 +24,8 @@ refuse it too, naming the key.
       so ztrain loads it too.
   model.safetensors beside model.safetensors.index.json and its shards, holding other weights:
       from_pretrained loads model.safetensors (it looks for it first), and so must ztrain.
+  pytorch_model.bin (or its sharded index) alone: from_pretrained reads PyTorch's pickle; ztrain
+      does not, and refuses the directory naming the file and how to convert it.
   safetensors headers against the safetensors library (which from_pretrained reads through):
       a file is read by ztrain (zt_st_tool check) exactly when safe_open reads all its tensors;
       shapes and offsets written as floats ("16.0") and a byte-order mark are refused by the
@@ -277,6 +279,21 @@ for family in ("llama", "qwen2"):
         same_or_refused(f"model.safetensors beside an index ({family})", d, vocab, inputs=x)
         os.remove(f"{d}/hf/model.safetensors")
         same_or_refused(f"the index alone ({family})", d, vocab, inputs=x)
+
+# PyTorch's pickled weights (save_pretrained with safe_serialization=False, older Hub repos), one
+# file or sharded: from_pretrained reads them; ztrain does not, and says so naming the file and
+# how to convert it.
+for shard in ("5GB", "40KB"):
+    with tempfile.TemporaryDirectory() as d:
+        model = hf_model("llama", 13, **base_config())
+        model.save_pretrained(f"{d}/hf", max_shard_size=shard, safe_serialization=False)
+        name = "pytorch_model.bin" + ("" if shard == "5GB" else ".index.json")
+        x = inputs_for(model.config.vocab_size)
+        want, why = hf_logits(f"{d}/hf", x)
+        got, zwhy = ztrain_logits(d, "hf", x)
+        ck.check(want is not None and got is None and name in zwhy and "save_pretrained" in zwhy,
+                 f"{name}: from_pretrained reads it ({why or 'yes'}); ztrain refuses naming it "
+                 f"and the conversion: {zwhy[-300:]}")
 
 
 # ---- safetensors headers -----------------------------------------------------------------------

@@ -166,6 +166,13 @@ with tempfile.TemporaryDirectory() as d:
              f"export --hf keeps bos_token_id and eos_token_id: "
              f"{(got.bos_token_id, got.eos_token_id) if got else None} vs "
              f"{(want_cfg.bos_token_id, want_cfg.eos_token_id)} {p.stderr.strip()[-200:]}")
+    # Rewriting config.json with the ids keeps its floats floats (rope_theta 10000.0, not 10000,
+    # as save_pretrained writes it; transformers' rope validation warns on an integer factor).
+    exp = json.load(open(f"{d}/exported/config.json")) if p.returncode == 0 else {}
+    ints = {k: v for k, v in exp.items()
+            if isinstance(src.get(k), float) and not isinstance(v, float)}
+    ck.check(p.returncode == 0 and not ints,
+             f"export --hf with the ids: floats stay floats: {ints}")
     # And the job's tokenizer comes along, as save_pretrained writes it beside the model:
     # AutoTokenizer loads the exported directory as it loads the source one, chat template and
     # all (it failed: the directory had no tokenizer).

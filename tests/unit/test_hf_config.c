@@ -507,7 +507,11 @@ static void test_sizes(void) {
         const char *text;
         uint64_t bytes;
     } ok[] = {{"5GB", 5000000000ULL}, {"200MiB", 200ULL << 20}, {"1000", 1000},
-              {"20kb", 20000},        {"1.5KiB", 1536},         {"10B", 10}};
+              {"20kB", 20000},        {"1.5KiB", 1536},         {"10B", 10},
+              /* transformers' convert_file_size_to_int: a final lowercase b is bits, rounded
+               * down (int(size[:-2]) * 10**k // 8). */
+              {"20kb", 2500},         {"5Gb", 625000000ULL},    {"3mb", 375000},
+              {"1kib", 1024},         {"7Kb", 875}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t b = 0;
         CHECK(zt_hf_parse_size(ok[i].text, &b) && b == ok[i].bytes, "%s -> %llu", ok[i].text,

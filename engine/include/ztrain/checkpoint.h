@@ -99,6 +99,12 @@ bool zt_ckpt_tag_is_name(const char *tag);
  * stage's, or shard 0's, meta.json. An unreadable meta.json is an error naming the file. */
 zt_status zt_ckpt_read_tokenizer(const char *dir, const char *tag, char **path);
 
+/* The Hugging Face model directory the job started from (model.init_from naming a directory), as
+ * meta.json records it, read as zt_ckpt_read_tokenizer reads the tokenizer: NULL when the job
+ * started from a file, from scratch, or before meta.json recorded it. `ztrain export --hf` keeps
+ * its config.json's token ids and its generation_config.json, as save_pretrained keeps them. */
+zt_status zt_ckpt_read_hf_source(const char *dir, const char *tag, char **path);
+
 /* One checkpoint directory under dir, as zt_ckpt_list_dir finds it. */
 typedef struct {
     char *tag;          /* "global_step100" */

@@ -66,7 +66,9 @@ zt_status zt_hf_config_write(const zt_model_spec *spec, const char *path);
 
 /* Parses a size as `ztrain export --max-shard-size` takes it, in Hugging Face's notation:
  * a byte count, or a number with KB/MB/GB (powers of 1000) or KiB/MiB/GiB (powers of 1024);
- * "5GB", "200MiB", "1000000". Returns false for anything else or a size of 0. */
+ * "5GB", "200MiB", "1000000". As transformers' convert_file_size_to_int reads them, the case of
+ * the unit does not matter except for a final lowercase b of KB/MB/GB, which means bits ("5Gb"
+ * and "5gb" are 625000000 bytes). Returns false for anything else or a size of 0. */
 bool zt_hf_parse_size(const char *text, uint64_t *bytes);
 
 /* What zt_hf_export wrote. */
