@@ -105,6 +105,17 @@ __global__ void dyn_smem_kernel(float *out, int n) {
 
 __global__ void nothing_kernel(float *out) { out[threadIdx.x] = 0.0f; }
 
+/* A 16-byte load (a float4, as cuda_common.cuh's chunks are moved) at element Off of out, stored
+ * back 16 bytes at element StoreOff: Off and StoreOff multiples of 4 are aligned, any other
+ * faults on a GPU (a slice at an odd element, a tensor-parallel shard of an odd width). */
+template <int Off, int StoreOff> __global__ void vec_copy_kernel(float *out) {
+    if (threadIdx.x != 0)
+        return;
+    float4 v = *ZT_VEC_AT(const float4, out + Off);
+    *ZT_VEC_AT(float4, out + StoreOff) = v;
+}
+
+
 /* ---- helpers --------------------------------------------------------------------------------- */
 
 static float *dev_from(const float *host, size_t n) {
@@ -328,6 +339,30 @@ static int case_dyn_smem_without_opt_in() {
     EXPECT(e == cudaErrorInvalidValue, "64 KiB of dynamic shared memory without the opt-in: %s",
            cudaGetErrorName(e));
     return 0;
+}
+
+static int case_vec_aligned() {
+    static const float host[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    float *d = dev_from(host, 8), back[8];
+    zt_emu_launch("vec_copy_kernel<0, 4>", vec_copy_kernel<0, 4>, dim3(1), dim3(32), 0, nullptr,
+                  d);
+    cudaError_t e = cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost);
+    EXPECT(e == cudaSuccess, "aligned 16-byte copy: %s", cudaGetErrorString(e));
+    EXPECT(back[4] == 0.0f && back[7] == 3.0f, "aligned 16-byte copy wrote %g..%g", back[4],
+           back[7]);
+    return 0;
+}
+
+static int case_vec_misaligned_load() {
+    return expect_launch_fault("vec_copy_kernel<1, 4>", vec_copy_kernel<1, 4>, 32,
+                               "misaligned address: a 16-byte vector access",
+                               "a 16-byte load 4 bytes off");
+}
+
+static int case_vec_misaligned_store() {
+    return expect_launch_fault("vec_copy_kernel<0, 6>", vec_copy_kernel<0, 6>, 32,
+                               "misaligned address: a 16-byte vector access",
+                               "a 16-byte store 8 bytes off");
 }
 
 static int case_host_pointer_to_kernel() {
@@ -616,6 +651,9 @@ static const test_case cases[] = {
     {"64 KiB of dynamic shared memory without the opt-in", case_dyn_smem_without_opt_in, 0,
      nullptr},
     {"host pointer given to a kernel", case_host_pointer_to_kernel, 0, nullptr},
+    {"16-byte vector load and store, aligned", case_vec_aligned, 0, nullptr},
+    {"16-byte vector load 4 bytes off its alignment", case_vec_misaligned_load, 0, nullptr},
+    {"16-byte vector store 8 bytes off its alignment", case_vec_misaligned_store, 0, nullptr},
     {"cuBLASLt: result, alignment, refused epilogue", case_cublaslt, 0, nullptr},
     {"cuBLASLt: BGRADA/BGRADB sums over k, beta 0 and 1, refusals", case_cublaslt_bgrad, 0,
      nullptr},
