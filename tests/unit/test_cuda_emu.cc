@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "emu_child.h"
 
@@ -595,6 +596,26 @@ static int case_graphs_refused() {
 /* CUDA_VISIBLE_DEVICES read as the CUDA runtime reads it, over four emulated GPUs: indices up to
  * the first that is malformed, out of range or repeated; empty hides all. Each setting in a
  * process of its own, since the device count is read once. */
+/* The current device is each host thread's own, as the CUDA runtime's: a thread that has not
+ * called cudaSetDevice is on device 0 whatever another thread chose, so a rank's helper thread
+ * (the communication thread) must bind itself to the rank's GPU, as it would on a GPU host. */
+static int case_device_per_thread() {
+    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
+    EXPECT(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1) with two devices");
+    int mine = -1, fresh = -1, bound = -1;
+    std::thread([&] { cudaGetDevice(&fresh); }).join();
+    std::thread([&] {
+        cudaSetDevice(1);
+        cudaGetDevice(&bound);
+    }).join();
+    cudaGetDevice(&mine);
+    EXPECT(mine == 1 && fresh == 0 && bound == 1,
+           "current device: %d on the thread that set 1, %d on a new thread (want 0), %d on a "
+           "thread that set 1",
+           mine, fresh, bound);
+    return 0;
+}
+
 static int case_visible_devices() {
     static const struct {
         const char *value; /* nullptr: unset */
@@ -659,6 +680,8 @@ static const test_case cases[] = {
      nullptr},
     {"CUDA graphs: every call refused by name, the stream unaffected", case_graphs_refused, 0,
      "cudaStreamBeginCapture: stream capture and CUDA graphs are not emulated"},
+    {"the current device: each host thread's own, device 0 until it sets one",
+     case_device_per_thread, 0, nullptr},
     {"CUDA_VISIBLE_DEVICES: the devices it names, read as the CUDA runtime reads it",
      case_visible_devices, 0, nullptr},
 };

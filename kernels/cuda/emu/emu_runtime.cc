@@ -83,7 +83,11 @@ constexpr int kSmemDefault = 48 << 10, kSmemOptin = 232448;
 
 cudaError_t g_sticky = cudaSuccess, g_last = cudaSuccess;
 std::string g_sticky_detail;
-int g_device = 0;
+/* The current device is the calling host thread's, as the CUDA runtime's: a thread that has not
+ * called cudaSetDevice works on device 0, whatever another thread chose, so a thread that issues
+ * work without binding itself to its rank's GPU meets what it would on a multi-GPU host (NCCL's
+ * device check, memory made on device 0). */
+thread_local int g_device = 0;
 CUstream_st g_legacy_stream;
 std::vector<CUstream_st *> g_streams; /* every stream made, the legacy one first */
 std::map<const void *, int> g_max_dyn_smem;
