@@ -616,6 +616,26 @@ static int case_device_per_thread() {
     return 0;
 }
 
+/* The last error is the host thread's that made the call, as the CUDA runtime keeps it: a launch
+ * refused on one thread is neither seen nor cleared by another's cudaGetLastError, and stays
+ * for its own thread to read. */
+static int case_last_error_per_thread() {
+    float *d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    ZT_LAUNCH(nothing_kernel, 1, 2048, 0, nullptr, d);
+    cudaError_t other = cudaErrorUnknown, peeked = cudaErrorUnknown;
+    std::thread([&] {
+        peeked = cudaPeekAtLastError();
+        other = cudaGetLastError();
+    }).join();
+    cudaError_t mine = cudaGetLastError();
+    EXPECT(other == cudaSuccess && peeked == cudaSuccess && mine == cudaErrorInvalidConfiguration,
+           "a launch of 2048 threads: another thread read %s (peeked %s), the launching thread "
+           "%s",
+           cudaGetErrorName(other), cudaGetErrorName(peeked), cudaGetErrorName(mine));
+    return 0;
+}
+
 static int case_visible_devices() {
     static const struct {
         const char *value; /* nullptr: unset */
@@ -682,6 +702,7 @@ static const test_case cases[] = {
      "cudaStreamBeginCapture: stream capture and CUDA graphs are not emulated"},
     {"the current device: each host thread's own, device 0 until it sets one",
      case_device_per_thread, 0, nullptr},
+    {"the last error: each host thread's own", case_last_error_per_thread, 0, nullptr},
     {"CUDA_VISIBLE_DEVICES: the devices it names, read as the CUDA runtime reads it",
      case_visible_devices, 0, nullptr},
 };

@@ -81,7 +81,11 @@ namespace {
 constexpr size_t kTotalMem = 85520809984ull;
 constexpr int kSmemDefault = 48 << 10, kSmemOptin = 232448;
 
-cudaError_t g_sticky = cudaSuccess, g_last = cudaSuccess;
+/* A fault is the context's, seen by every thread; the last error is the calling host thread's,
+ * as the CUDA runtime keeps it (cudaGetLastError: "from a runtime call in the same host thread"),
+ * so a launch refused on one thread is not taken, or reported, by another. */
+cudaError_t g_sticky = cudaSuccess;
+thread_local cudaError_t g_last = cudaSuccess;
 std::string g_sticky_detail;
 /* The current device is the calling host thread's, as the CUDA runtime's: a thread that has not
  * called cudaSetDevice works on device 0, whatever another thread chose, so a thread that issues
@@ -456,14 +460,14 @@ extern "C" {
 
 cudaError_t cudaGetLastError(void) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    cudaError_t e = g_last;
+    cudaError_t e = g_last != cudaSuccess ? g_last : g_sticky;
     g_last = g_sticky;
     return e;
 }
 
 cudaError_t cudaPeekAtLastError(void) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    return g_last;
+    return g_last != cudaSuccess ? g_last : g_sticky;
 }
 
 const char *cudaGetErrorName(cudaError_t e) {
