@@ -20,6 +20,14 @@
 #define ZT_DYN_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+/* The vector type V at address p, for a load or store of sizeof(V) bytes at once. A GPU faults on
+ * such an access unless p is aligned to sizeof(V) (cudaErrorMisalignedAddress), while x86 takes
+ * it, so the emulated device defines this as a check that fails the launch (emu_device.h). Every
+ * vector access goes through it. */
+#ifndef ZT_VEC_AT
+#define ZT_VEC_AT(V, p) reinterpret_cast<V *>(p)
+#endif
+
 __device__ __forceinline__ float zt_ld(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float zt_ld(const __nv_bfloat16 *p, size_t i) {
     return __bfloat162float(p[i]);
@@ -130,7 +138,7 @@ __device__ __forceinline__ bool zt_vec_whole(const T *p, size_t base, size_t n) 
 template <typename T, typename Widen>
 __device__ __forceinline__ void zt_ldv_as(const T *p, size_t base, size_t n, float *x, Widen widen) {
     if (zt_vec_whole(p, base, n)) {
-        zt_pack16<T> pk = *reinterpret_cast<const zt_pack16<T> *>(p + base);
+        zt_pack16<T> pk = *ZT_VEC_AT(const zt_pack16<T>, p + base);
         for (int j = 0; j < ZT_VEC(T); j++)
             x[j] = widen(pk.v[j]);
     } else {
@@ -147,7 +155,7 @@ __device__ __forceinline__ void zt_stv_as(T *p, size_t base, size_t n, const flo
         zt_pack16<T> pk;
         for (int j = 0; j < ZT_VEC(T); j++)
             pk.v[j] = narrow(x[j]);
-        *reinterpret_cast<zt_pack16<T> *>(p + base) = pk;
+        *ZT_VEC_AT(zt_pack16<T>, p + base) = pk;
     } else {
         for (int j = 0; j < ZT_VEC(T) && base + j < n; j++)
             p[base + j] = narrow(x[j]);

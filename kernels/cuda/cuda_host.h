@@ -41,6 +41,17 @@ unsigned zt_cuda_row_threads(size_t width);
 enum { ZT_CUDA_SUM_BLOCKS = 1024 };
 unsigned zt_cuda_sum_blocks(size_t n);
 
+/* Flash attention's tiles (attention/flash_attention.cu): the shared memory, in bytes, of its
+ * forward, dQ and dK/dV kernels for tiles of R query or key rows at head dimension hd (the fp32
+ * tiles of R·hd, the R×R score or gradient tiles, the per-row values); and the rows of a tile,
+ * the largest power of two up to 32 whose three kernels fit smem_limit (the device's opt-in
+ * shared memory per block), 0 when not even one row fits. The dK/dV kernel is the largest: 32
+ * rows fit up to head_dim 291 on an H100 or H200 (227 KiB), 206 on an A100 (163 KiB). */
+size_t zt_cuda_flash_fwd_smem(int R, int hd);
+size_t zt_cuda_flash_dq_smem(int R, int hd);
+size_t zt_cuda_flash_kv_smem(int R, int hd);
+int zt_cuda_flash_tile(int hd, size_t smem_limit);
+
 /* ---- released device ranges (released.c) ------------------------------------------------------
  * The CUDA backend keeps released ranges of device memory here, so that
  * zt_backend_resident_bytes reports what a rank has given back and a granule is given back once

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "emu_child.h"
 
@@ -104,6 +105,17 @@ __global__ void dyn_smem_kernel(float *out, int n) {
 }
 
 __global__ void nothing_kernel(float *out) { out[threadIdx.x] = 0.0f; }
+
+/* A 16-byte load (a float4, as cuda_common.cuh's chunks are moved) at element Off of out, stored
+ * back 16 bytes at element StoreOff: Off and StoreOff multiples of 4 are aligned, any other
+ * faults on a GPU (a slice at an odd element, a tensor-parallel shard of an odd width). */
+template <int Off, int StoreOff> __global__ void vec_copy_kernel(float *out) {
+    if (threadIdx.x != 0)
+        return;
+    float4 v = *ZT_VEC_AT(const float4, out + Off);
+    *ZT_VEC_AT(float4, out + StoreOff) = v;
+}
+
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -328,6 +340,30 @@ static int case_dyn_smem_without_opt_in() {
     EXPECT(e == cudaErrorInvalidValue, "64 KiB of dynamic shared memory without the opt-in: %s",
            cudaGetErrorName(e));
     return 0;
+}
+
+static int case_vec_aligned() {
+    static const float host[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    float *d = dev_from(host, 8), back[8];
+    zt_emu_launch("vec_copy_kernel<0, 4>", vec_copy_kernel<0, 4>, dim3(1), dim3(32), 0, nullptr,
+                  d);
+    cudaError_t e = cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost);
+    EXPECT(e == cudaSuccess, "aligned 16-byte copy: %s", cudaGetErrorString(e));
+    EXPECT(back[4] == 0.0f && back[7] == 3.0f, "aligned 16-byte copy wrote %g..%g", back[4],
+           back[7]);
+    return 0;
+}
+
+static int case_vec_misaligned_load() {
+    return expect_launch_fault("vec_copy_kernel<1, 4>", vec_copy_kernel<1, 4>, 32,
+                               "misaligned address: a 16-byte vector access",
+                               "a 16-byte load 4 bytes off");
+}
+
+static int case_vec_misaligned_store() {
+    return expect_launch_fault("vec_copy_kernel<0, 6>", vec_copy_kernel<0, 6>, 32,
+                               "misaligned address: a 16-byte vector access",
+                               "a 16-byte store 8 bytes off");
 }
 
 static int case_host_pointer_to_kernel() {
@@ -560,6 +596,46 @@ static int case_graphs_refused() {
 /* CUDA_VISIBLE_DEVICES read as the CUDA runtime reads it, over four emulated GPUs: indices up to
  * the first that is malformed, out of range or repeated; empty hides all. Each setting in a
  * process of its own, since the device count is read once. */
+/* The current device is each host thread's own, as the CUDA runtime's: a thread that has not
+ * called cudaSetDevice is on device 0 whatever another thread chose, so a rank's helper thread
+ * (the communication thread) must bind itself to the rank's GPU, as it would on a GPU host. */
+static int case_device_per_thread() {
+    setenv("ZTRAIN_CUDA_EMU_DEVICES", "2", 1);
+    EXPECT(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1) with two devices");
+    int mine = -1, fresh = -1, bound = -1;
+    std::thread([&] { cudaGetDevice(&fresh); }).join();
+    std::thread([&] {
+        cudaSetDevice(1);
+        cudaGetDevice(&bound);
+    }).join();
+    cudaGetDevice(&mine);
+    EXPECT(mine == 1 && fresh == 0 && bound == 1,
+           "current device: %d on the thread that set 1, %d on a new thread (want 0), %d on a "
+           "thread that set 1",
+           mine, fresh, bound);
+    return 0;
+}
+
+/* The last error is the host thread's that made the call, as the CUDA runtime keeps it: a launch
+ * refused on one thread is neither seen nor cleared by another's cudaGetLastError, and stays
+ * for its own thread to read. */
+static int case_last_error_per_thread() {
+    float *d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    ZT_LAUNCH(nothing_kernel, 1, 2048, 0, nullptr, d);
+    cudaError_t other = cudaErrorUnknown, peeked = cudaErrorUnknown;
+    std::thread([&] {
+        peeked = cudaPeekAtLastError();
+        other = cudaGetLastError();
+    }).join();
+    cudaError_t mine = cudaGetLastError();
+    EXPECT(other == cudaSuccess && peeked == cudaSuccess && mine == cudaErrorInvalidConfiguration,
+           "a launch of 2048 threads: another thread read %s (peeked %s), the launching thread "
+           "%s",
+           cudaGetErrorName(other), cudaGetErrorName(peeked), cudaGetErrorName(mine));
+    return 0;
+}
+
 static int case_visible_devices() {
     static const struct {
         const char *value; /* nullptr: unset */
@@ -616,11 +692,17 @@ static const test_case cases[] = {
     {"64 KiB of dynamic shared memory without the opt-in", case_dyn_smem_without_opt_in, 0,
      nullptr},
     {"host pointer given to a kernel", case_host_pointer_to_kernel, 0, nullptr},
+    {"16-byte vector load and store, aligned", case_vec_aligned, 0, nullptr},
+    {"16-byte vector load 4 bytes off its alignment", case_vec_misaligned_load, 0, nullptr},
+    {"16-byte vector store 8 bytes off its alignment", case_vec_misaligned_store, 0, nullptr},
     {"cuBLASLt: result, alignment, refused epilogue", case_cublaslt, 0, nullptr},
     {"cuBLASLt: BGRADA/BGRADB sums over k, beta 0 and 1, refusals", case_cublaslt_bgrad, 0,
      nullptr},
     {"CUDA graphs: every call refused by name, the stream unaffected", case_graphs_refused, 0,
      "cudaStreamBeginCapture: stream capture and CUDA graphs are not emulated"},
+    {"the current device: each host thread's own, device 0 until it sets one",
+     case_device_per_thread, 0, nullptr},
+    {"the last error: each host thread's own", case_last_error_per_thread, 0, nullptr},
     {"CUDA_VISIBLE_DEVICES: the devices it names, read as the CUDA runtime reads it",
      case_visible_devices, 0, nullptr},
 };

@@ -37,6 +37,35 @@ static void test_launch(void) {
           zt_cuda_sum_blocks(257) == 2 && zt_cuda_sum_blocks((size_t)1 << 30) == 1024);
 }
 
+/* Flash attention's tiles against the shared memory of an H100 or H200 (232,448 bytes a block
+ * with the opt-in), an A100 (166,912) and the 48 KiB a kernel gets without it: the dK/dV kernel
+ * holds six R×hd fp32 tiles, two R×R ones, two floats and an int a row, so 32 rows fit while
+ * 768·hd + 8,576 bytes do (hd <= 291 on an H100, 206 on an A100); a tile is the largest power of
+ * two whose three kernels fit, and none when one row does not. */
+static void test_flash_tiles(void) {
+    const size_t h100 = 232448, a100 = 166912, plain = 48 << 10;
+    CHECK(zt_cuda_flash_kv_smem(32, 128) == 4 * (6 * 32 * 128 + 2 * 32 * 32 + 2 * 32) + 4 * 32);
+    CHECK(zt_cuda_flash_tile(64, h100) == 32 && zt_cuda_flash_tile(128, a100) == 32);
+    CHECK(zt_cuda_flash_tile(256, h100) == 32 && zt_cuda_flash_tile(291, h100) == 32);
+    CHECK(zt_cuda_flash_tile(292, h100) == 16, "head_dim 292 on an H100: %d rows",
+          zt_cuda_flash_tile(292, h100));
+    CHECK(zt_cuda_flash_tile(192, a100) == 32 && zt_cuda_flash_tile(206, a100) == 32);
+    CHECK(zt_cuda_flash_tile(207, a100) == 16, "head_dim 207 on an A100: %d rows",
+          zt_cuda_flash_tile(207, a100));
+    CHECK(zt_cuda_flash_tile(64, plain) == 16 && zt_cuda_flash_tile(100000, plain) == 0);
+    const size_t limits[] = {plain, a100, h100};
+    for (int l = 0; l < 3; l++)
+        for (int hd = 1; hd <= 2048; hd++) {
+            int R = zt_cuda_flash_tile(hd, limits[l]);
+            bool fits = R == 0 || (zt_cuda_flash_fwd_smem(R, hd) <= limits[l] &&
+                                   zt_cuda_flash_dq_smem(R, hd) <= limits[l] &&
+                                   zt_cuda_flash_kv_smem(R, hd) <= limits[l]);
+            bool larger = R < 32 && zt_cuda_flash_kv_smem(R ? 2 * R : 1, hd) <= limits[l];
+            CHECK(fits && !larger && (R & (R - 1)) == 0, "head_dim %d in %zu bytes: %d rows", hd,
+                  limits[l], R);
+        }
+}
+
 /* The set against a byte map of a 4096-byte region at a fake address, under random adds and
  * removes. */
 static void test_ranges(void) {
@@ -181,6 +210,7 @@ static void test_create(void) {
 
 int main(void) {
     test_launch();
+    test_flash_tiles();
     test_ranges();
     test_buckets();
     test_table();

@@ -31,26 +31,11 @@ struct fgeom {
     const int32_t *doc_pos; /* zt_attn_shape.doc_pos (device memory), or NULL */
 };
 
-enum { FLASH_THREADS = 128, FLASH_MAX_TILE = 32 };
+enum { FLASH_THREADS = 128 };
 
 /* Above 48 KiB of shared memory a kernel must ask for it (cudaFuncSetAttribute), up to the
  * device's opt-in limit (227 KiB on H100/H200, 163 KiB on A100). */
 const size_t FLASH_SMEM_DEFAULT = 48 << 10;
-
-/* Shared memory of each kernel, in bytes, for tile rows R of head_dim hd: the fp32 tiles, the
- * R×R score (or gradient) tiles and the per-row values. */
-size_t fwd_smem(int R, int hd) {
-    return sizeof(float) * ((size_t)4 * R * hd + (size_t)R * R + 3 * (size_t)R) +
-           sizeof(int) * R;
-}
-size_t dq_smem(int R, int hd) {
-    return sizeof(float) * ((size_t)5 * R * hd + (size_t)R * R + 2 * (size_t)R) +
-           sizeof(int) * R;
-}
-size_t kv_smem(int R, int hd) {
-    return sizeof(float) * ((size_t)6 * R * hd + 2 * (size_t)R * R + 2 * (size_t)R) +
-           sizeof(int) * R;
-}
 
 /* The device's opt-in shared memory per block. */
 size_t smem_optin(const zt_ctx *x) {
@@ -70,13 +55,10 @@ fgeom geom_of(const zt_attn_shape *s, size_t smem_limit) {
     g.skv = s->packed ? g.sq : kvw;
     g.so = qw;
     g.scale = 1.0f / sqrtf((float)s->head_dim);
-    /* The largest tile whose kernels all fit (the backward over key tiles is the largest): 32
-     * rows up to head_dim 256 on an H100, up to 192 on an A100, fewer past it. */
-    int R = FLASH_MAX_TILE;
-    while (R > 1 && kv_smem(R, g.hd) > smem_limit)
-        R /= 2;
-    ZT_ASSERT(kv_smem(R, g.hd) <= smem_limit && "head_dim fits one row's tiles");
-    g.tile = R;
+    /* The largest tile whose kernels all fit (cuda_host.h): 32 rows up to head_dim 291 on an
+     * H100, up to 206 on an A100, fewer past it. */
+    g.tile = zt_cuda_flash_tile(g.hd, smem_limit);
+    ZT_ASSERT(g.tile > 0 && "head_dim fits one row's tiles");
     return g;
 }
 
@@ -336,7 +318,7 @@ extern "C" void zt_cuda_flash_attention_forward(const zt_ctx *x, const zt_attn_s
     const fgeom g = geom_of(s, smem_optin(x));
     if (g.B == 0 || g.T == 0)
         return;
-    const size_t shm = fwd_smem(g.tile, g.hd);
+    const size_t shm = zt_cuda_flash_fwd_smem(g.tile, g.hd);
     ZT_ACT_DISPATCH(x->act, {
         const ACT_T *qa = (const ACT_T *)q;
         const ACT_T *ka = s->packed ? qa + (size_t)g.NH * g.hd : (const ACT_T *)k;
@@ -356,7 +338,8 @@ extern "C" void zt_cuda_flash_attention_backward(const zt_ctx *x, const zt_attn_
     const fgeom g = geom_of(s, smem_optin(x));
     if (g.B == 0 || g.T == 0)
         return;
-    const size_t q_shm = dq_smem(g.tile, g.hd), kv_shm = kv_smem(g.tile, g.hd);
+    const size_t q_shm = zt_cuda_flash_dq_smem(g.tile, g.hd);
+    const size_t kv_shm = zt_cuda_flash_kv_smem(g.tile, g.hd);
     ZT_ACT_DISPATCH(x->act, {
         const ACT_T *qa = (const ACT_T *)q;
         const ACT_T *ka = s->packed ? qa + (size_t)g.NH * g.hd : (const ACT_T *)k;

@@ -216,6 +216,22 @@ static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 static inline float min(float a, float b) { return fminf(a, b); }
 static inline float max(float a, float b) { return fmaxf(a, b); }
 
+/* ---- vector accesses ------------------------------------------------------------------------ */
+
+/* p as a V * for one access of sizeof(V) bytes (cuda_common.cuh's ZT_VEC_AT). A GPU's 8- and
+ * 16-byte loads and stores need an address aligned to their size, or the kernel faults
+ * (cudaErrorMisalignedAddress); x86 loads such data unaligned without complaint (and stores it
+ * with an aligned instruction that crashes the process or not, as the compiler chose), so the
+ * launch fails here instead, naming the site and the address. */
+template <typename V> static inline V *zt_emu_vec_at(V *p, const char *site) {
+    if ((uintptr_t)p % sizeof(V) != 0)
+        zt_emu_kernel_fault(site, "misaligned address: a %zu-byte vector access at %p (%zu bytes "
+                            "past a %zu-byte boundary)", sizeof(V), (const void *)p,
+                            (size_t)((uintptr_t)p % sizeof(V)), sizeof(V));
+    return p;
+}
+#define ZT_VEC_AT(V, p) zt_emu_vec_at(reinterpret_cast<V *>(p), ZT_EMU_SITE)
+
 /* ---- dynamic shared memory and launches ----------------------------------------------------- */
 
 /* extern __shared__ T name[] under nvcc; the launch's buffer here. */

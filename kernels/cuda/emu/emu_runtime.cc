@@ -81,9 +81,17 @@ namespace {
 constexpr size_t kTotalMem = 85520809984ull;
 constexpr int kSmemDefault = 48 << 10, kSmemOptin = 232448;
 
-cudaError_t g_sticky = cudaSuccess, g_last = cudaSuccess;
+/* A fault is the context's, seen by every thread; the last error is the calling host thread's,
+ * as the CUDA runtime keeps it (cudaGetLastError: "from a runtime call in the same host thread"),
+ * so a launch refused on one thread is not taken, or reported, by another. */
+cudaError_t g_sticky = cudaSuccess;
+thread_local cudaError_t g_last = cudaSuccess;
 std::string g_sticky_detail;
-int g_device = 0;
+/* The current device is the calling host thread's, as the CUDA runtime's: a thread that has not
+ * called cudaSetDevice works on device 0, whatever another thread chose, so a thread that issues
+ * work without binding itself to its rank's GPU meets what it would on a multi-GPU host (NCCL's
+ * device check, memory made on device 0). */
+thread_local int g_device = 0;
 CUstream_st g_legacy_stream;
 std::vector<CUstream_st *> g_streams; /* every stream made, the legacy one first */
 std::map<const void *, int> g_max_dyn_smem;
@@ -452,14 +460,14 @@ extern "C" {
 
 cudaError_t cudaGetLastError(void) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    cudaError_t e = g_last;
+    cudaError_t e = g_last != cudaSuccess ? g_last : g_sticky;
     g_last = g_sticky;
     return e;
 }
 
 cudaError_t cudaPeekAtLastError(void) {
     std::lock_guard<std::recursive_mutex> g(device_lock());
-    return g_last;
+    return g_last != cudaSuccess ? g_last : g_sticky;
 }
 
 const char *cudaGetErrorName(cudaError_t e) {
