@@ -9,6 +9,8 @@
  * chart's name, and a user who cannot see it had no value at all. And a legend drawn on the
  * canvas hides and shows lines on a click, but cannot be reached with Tab. */
 
+import {nonFiniteName} from './nonfinite_marks.js';
+
 /* Four significant figures, without trailing zeros: 0.001, 3.916, 213200, 1e-7. */
 export const fmtValue = (v) => String(Number(v.toPrecision(4)));
 
@@ -57,8 +59,17 @@ function describeLine(label, pts, fmt) {
     `${first.step} (lowest ${fmt(lo)}, highest ${fmt(hi)})`;
 }
 
+/* Where a line's values were not finite (nonfinite_marks.js): "train loss NaN at step 5", at
+ * most the first three steps and how many more. */
+function describeNonFinite(label, marks) {
+  if (!marks.length) return null;
+  const shown = marks.slice(0, 3).map((p) => `${nonFiniteName(p.y)} at step ${p.step}`);
+  const more = marks.length > 3 ? ` and ${marks.length - 3} more steps` : '';
+  return `${label} ${shown.join(', ')}${more}`;
+}
+
 /* The canvas's aria-label: the chart's name as index.html gives it, then each line drawn
- * (smoothed copies and hidden lines left out), or "no data". */
+ * (smoothed copies and hidden lines left out) and where it was not finite, or "no data". */
 function describeChart(chart, fmt) {
   const canvas = chart.canvas;
   if (canvas.dataset.ztName === undefined) canvas.dataset.ztName = canvas.getAttribute('aria-label') || '';
@@ -67,6 +78,10 @@ function describeChart(chart, fmt) {
     if (d.ztRole === 'smoothed' || !chart.isDatasetVisible(i)) return;
     const line = describeLine(d.label, d.data, fmt);
     if (line) lines.push(line);
+    if (d.ztRole !== 'raw') return;
+    const marks = (chart.$ztNonFinite || []).filter((p) => p.key === d.ztKey);
+    const bad = describeNonFinite(d.label, marks);
+    if (bad) lines.push(bad);
   });
   const text = `${canvas.dataset.ztName}: ${lines.length ? lines.join('; ') : 'no data'}`;
   if (canvas.getAttribute('aria-label') !== text) canvas.setAttribute('aria-label', text);

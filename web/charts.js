@@ -7,6 +7,7 @@
 import {updateChart} from './chart_update.js';
 import {$, setText} from './dom.js';
 import {fmtClock, isNum} from './format.js';
+import {registerNonFiniteMarks} from './nonfinite_marks.js';
 import {SeriesGroup} from './series_store.js';
 
 /* The charts are redrawn at most once per DRAW_MS, in an animation frame, whatever the record
@@ -104,6 +105,7 @@ export class JobCharts {
     this.lastDraw = -Infinity;
     this.allDirty = false;
 
+    registerNonFiniteMarks();
     for (const [name, def] of Object.entries(CHARTS)) this.makeChart(name, def);
     /* Charts with no data show "no data" from the start, and say so to a screen reader. */
     for (const chart of Object.values(this.charts)) {
@@ -121,7 +123,9 @@ export class JobCharts {
     const canvas = $(this.root, `canvas[data-chart="${name}"]`);
     const datasets = [];
     for (const s of def.series) {
-      const entry = {store: this.group.series(), chart: name, def: s};
+      /* nonFinite: step -> point of the values a line cannot draw (nonfinite_marks.js), kept
+       * apart so that thinning never drops the step where the loss went NaN. */
+      const entry = {store: this.group.series(), nonFinite: new Map(), chart: name, def: s};
       this.series.set(s.key, entry);
       const base = {
         ztKey: s.key, label: s.label, yAxisID: s.axis || 'y', data: [],
@@ -129,6 +133,7 @@ export class JobCharts {
         backgroundColor: `rgba(${s.color},${s.smooth ? 0.28 : 1})`,
         borderWidth: s.smooth ? 1 : 1.6,
         pointRadius: s.points ? 2.5 : 0,
+        ztMarkColor: `rgb(${s.color})`,
       };
       datasets.push(Object.assign({}, base, {ztRole: 'raw', ztLegend: !s.smooth}));
       if (s.smooth) {
@@ -228,14 +233,22 @@ export class JobCharts {
   }
 
   /* Adds one value of a charted key (other keys are ignored) at a step recorded at tMs (NaN
-   * when not known: wall-time mode then places it between its neighbours' times). The charts
-   * are redrawn at the next flush, which the caller schedules. */
+   * when not known: wall-time mode then places it between its neighbours' times). A value that
+   * is not finite is marked at the plot's edge instead (the newest MAX_POINTS of them). The
+   * charts are redrawn at the next flush, which the caller schedules. */
   addPoint(key, step, tMs, v) {
     const s = this.series.get(key);
     if (!s) return;
     const p = {x: 0, y: v, step, t: tMs};
     p.x = this.xOf(p);
-    s.store.add(p);
+    if (Number.isFinite(v)) {
+      s.nonFinite.delete(step);
+      s.store.add(p);
+      return;
+    }
+    s.nonFinite.set(step, p);
+    if (s.nonFinite.size > MAX_POINTS) s.nonFinite.delete(Math.min(...s.nonFinite.keys()));
+    s.store.dirty = true;
   }
 
   /* The newest point of a key, or null. */
@@ -285,6 +298,8 @@ export class JobCharts {
         if (d.ztRole === 'smoothed') d.data = smooth(pts, this.smoothing);
         else d.data = pts.slice();
       }
+      chart.$ztNonFinite = this.nonFinitePoints(chart);
+      if (chart.$ztNonFinite.length) empty = false;
       const hasMfu = chart.options.scales.y1 && this.points('perf/mfu').length > 0;
       if (chart.options.scales.y1) {
         chart.options.scales.y1.display = hasMfu;
@@ -296,6 +311,18 @@ export class JobCharts {
       updateChart(chart);
     }
     this.onFlush();
+  }
+
+  /* The chart's non-finite values in step order, each {x, y, step, key}. */
+  nonFinitePoints(chart) {
+    const out = [];
+    for (const d of chart.data.datasets) {
+      if (d.ztRole !== 'raw') continue;
+      for (const p of this.series.get(d.ztKey).nonFinite.values()) {
+        out.push({x: this.xOf(p), y: p.y, step: p.step, key: d.ztKey});
+      }
+    }
+    return out.sort((a, b) => a.step - b.step);
   }
 
   redrawAll() {

@@ -84,7 +84,12 @@ export function jobView(main, id) {
     system.addRecord(rec, inStrip);
     for (const key in values) {
       const v = values[key];
-      if (!isNum(v)) continue;
+      /* A NaN or infinite value goes to its chart only, which marks it at the plot's edge. */
+      if (typeof v !== 'number') continue;
+      if (!isNum(v)) {
+        charts.addPoint(key, step, rec.time_unix_ms, v);
+        continue;
+      }
       const m = /^memory\/(rank\d+\/.+)$/.exec(key);
       if (m) {
         st.memory[m[1]] = v;

@@ -2,9 +2,9 @@
  * message of proto/ztrain.proto (lowerCamelCase names, int64 as strings, enums by name,
  * Timestamps as RFC 3339 text, NaN as "NaN", defaults left out); the views work on plain
  * numbers instead: steps as numbers, times as milliseconds since the epoch, a value that is not
- * known (NaN, absent) as null, the state without its JOB_STATE_ prefix, and the spec in the
- * job file's form (snake_case keys, "deepspeed" as an object). This module is the one place
- * that knows both. */
+ * known (NaN, absent) as null (but a metric's NaN or infinite value as that number: the charts
+ * mark it), the state without its JOB_STATE_ prefix, and the spec in the job file's form
+ * (snake_case keys, "deepspeed" as an object). This module is the one place that knows both. */
 import {apiJson, ApiError, jobPath} from './api.js';
 import {isNum} from './format.js';
 
@@ -20,6 +20,13 @@ export function num(v, absent = 0) {
   if (v === undefined || v === null) return absent;
   if (typeof v === 'string') v = Number(v);
   return Number.isFinite(v) ? v : null;
+}
+
+/* A metric's value: absent is 0, and NaN and ±Infinity stay what they are ("NaN", "Infinity",
+ * "-Infinity"), where the charts mark them. */
+export function metricValue(v) {
+  if (v === undefined || v === null) return 0;
+  return typeof v === 'string' ? Number(v) : v;
 }
 
 /* A Timestamp as milliseconds since the epoch; 0 when unset. */
@@ -136,7 +143,7 @@ function etaMs(job) {
 /* A MetricRecord: {step, time_unix_ms, values: {key: number}}. */
 export function recordFromApi(r) {
   const values = {};
-  for (const v of r.values || []) values[v.key] = num(v.value);
+  for (const v of r.values || []) values[v.key] = metricValue(v.value);
   return {step: int(r.step), time_unix_ms: timeMs(r.time), values};
 }
 
@@ -187,7 +194,7 @@ export async function thinnedHistory(job, keys, maxPoints, opts, since = 0) {
           bySteps.set(step, rec);
         }
         /* A step run again after a restart has the newer attempt's values, which come later. */
-        if (ser.key !== TIME_KEY) rec.values[ser.key] = num(ser.values[k]);
+        if (ser.key !== TIME_KEY) rec.values[ser.key] = metricValue(ser.values[k]);
         else if (isNum(num(ser.values[k]))) rec.times.push(num(ser.values[k]));
       });
     }

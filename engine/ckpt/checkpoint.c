@@ -20,6 +20,7 @@
 #include "ztrain/ckpt_tp.h"
 #include "ckpt_tp_weights.h"
 #include "ztrain/comm.h"
+#include "ztrain/fault_inject.h"
 #include "ztrain/hf_config.h"
 #include "ztrain/safetensors.h"
 
@@ -194,37 +195,24 @@ static zt_status drop_unfinished(const char *tmp, zt_status failed) {
     return zt_remove_tree(tmp) == ZT_OK ? failed : zt_error(failed, "%s", why);
 }
 
-/* Every rank writes its optimizer partition into a temporary directory; rank 0 writes the model
- * and meta.json; after all ranks have finished (a barrier), rank 0 writes DONE and installs the
- * directory under its tag (ckpt_dir.c: renamed or swapped into place, then `latest`). Before
- * that rank 0 repairs what an earlier save killed half-way left. */
-static zt_status save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag,
-                      bool tp_layout) {
-    char default_tag[64], tmp[4096], path[4200];
+/* Rank 0: the checkpoint directory, what an earlier save killed half-way left repaired, and an
+ * empty temporary directory for this tag. */
+static zt_status make_tmp(const char *dir, const char *tmp) {
+    ZT_TRY(zt_mkdirs(dir));
+    ZT_TRY(zt_ckpt_recover(dir));
+    ZT_TRY(zt_remove_tree(tmp));
+    return zt_mkdirs(tmp);
+}
+
+/* Every rank writes its optimizer partition into tmp; rank 0 writes the model and meta.json;
+ * then they agree on the outcome (a collective). */
+static zt_status write_parts(zt_engine *e, const zt_job_spec *job, const char *tag,
+                             const char *tmp, bool tp_layout) {
+    char path[4200];
     int rank = zt_engine_rank(e);
-    if (!tag) {
-        snprintf(default_tag, sizeof default_tag, "global_step%lld",
-                 (long long)zt_engine_global_steps(e));
-        tag = default_tag;
-    }
-    if (!*tag || strchr(tag, '/') || tag[0] == '.')
-        return zt_error(ZT_ERR_INVALID, "checkpoint tag '%s' must be a plain directory name", tag);
-    zt_ckpt_aside_name(tmp, sizeof tmp, dir, tag, ZT_CKPT_TMP_SUFFIX);
-
-    zt_status s = ZT_OK;
-    if (rank == 0) {
-        s = zt_mkdirs(dir);
-        if (s == ZT_OK)
-            s = zt_ckpt_recover(dir);
-        if (s == ZT_OK)
-            s = zt_remove_tree(tmp);
-        if (s == ZT_OK)
-            s = zt_mkdirs(tmp);
-    }
-    ZT_TRY(agree(e, s, "creating the checkpoint directory"));
-
+    zt_inject_ckpt_kill(zt_engine_global_steps(e), "parts", rank);
     snprintf(path, sizeof path, "%s/optim_rank_%05d.safetensors", tmp, rank);
-    s = save_optimizer(e, path);
+    zt_status s = save_optimizer(e, path);
     if (zt_engine_params_sharded(e)) {
         /* Stage 3: each rank its own slice, and the consolidated model only on request, a layer
          * at a time (collective). */
@@ -238,10 +226,13 @@ static zt_status save(zt_engine *e, const zt_job_spec *job, const char *dir, con
                 s = g;
         }
     } else {
-        /* Stages 0-2 hold every parameter (mixed precision widens them from 16 bits). */
-        zt_status g = zt_engine_gather_params(e);
-        if (g != ZT_OK)
-            return g;
+        /* Stages 0-2 hold every parameter (mixed precision widens them from 16 bits, which
+         * takes memory): a failure is this rank's alone, agreed on below as any other. */
+        zt_status g = zt_inject_ckpt_fail(zt_engine_global_steps(e), "gather", rank)
+                          ? zt_error(ZT_ERR_NOMEM, "%s: injected gather failure", tmp)
+                          : zt_engine_gather_params(e);
+        if (s == ZT_OK)
+            s = g;
         if (s == ZT_OK && rank == 0) {
             path_join(path, sizeof path, tmp, "model.safetensors");
             s = zt_model_save_safetensors(zt_engine_model(e), path);
@@ -256,9 +247,33 @@ static zt_status save(zt_engine *e, const zt_job_spec *job, const char *dir, con
         free(meta);
     }
     /* Every rank has stopped writing into tmp once they agree (a collective). */
-    s = agree(e, s, "writing the checkpoint");
+    return agree(e, s, "writing the checkpoint");
+}
+
+/* The save: the parts into a temporary directory (write_parts); once every rank has finished,
+ * rank 0 writes DONE and installs the directory under its tag (ckpt_dir.c: renamed or swapped
+ * into place, then `latest`). A save that fails before its DONE, whichever rank or step failed,
+ * leaves no temporary directory behind. */
+static zt_status save(zt_engine *e, const zt_job_spec *job, const char *dir, const char *tag,
+                      bool tp_layout) {
+    char default_tag[64], tmp[4096], path[4200];
+    int rank = zt_engine_rank(e);
+    if (!tag) {
+        snprintf(default_tag, sizeof default_tag, "global_step%lld",
+                 (long long)zt_engine_global_steps(e));
+        tag = default_tag;
+    }
+    if (!*tag || strchr(tag, '/') || tag[0] == '.')
+        return zt_error(ZT_ERR_INVALID, "checkpoint tag '%s' must be a plain directory name", tag);
+    zt_ckpt_aside_name(tmp, sizeof tmp, dir, tag, ZT_CKPT_TMP_SUFFIX);
+
+    /* A failed repair may have left the only complete copy under tmp's name: it stays. */
+    zt_status made = rank == 0 ? make_tmp(dir, tmp) : ZT_OK;
+    zt_status s = agree(e, made, "creating the checkpoint directory");
+    if (s == ZT_OK)
+        s = write_parts(e, job, tag, tmp, tp_layout);
     if (s != ZT_OK)
-        return rank == 0 ? drop_unfinished(tmp, s) : s;
+        return rank == 0 && made == ZT_OK ? drop_unfinished(tmp, s) : s;
     if (rank == 0) {
         path_join(path, sizeof path, tmp, "DONE");
         s = zt_write_file_atomic(path, tag, strlen(tag));

@@ -533,7 +533,7 @@ zt_status zt_ckpt_install(const char *dir, const char *tag, const char *tmp, int
     zt_ckpt_aside_name(old, sizeof old, dir, tag, ZT_CKPT_OLD_SUFFIX);
     snprintf(latest, sizeof latest, "%s/latest", dir);
     ZT_TRY(zt_sync_dir(tmp));
-    zt_inject_ckpt_kill(step, "written");
+    zt_inject_ckpt_kill(step, "written", 0);
     /* The copy that is replaced, removed once `latest` is written: after an exchange it is
      * under tmp's name, after two renames under old's. */
     const char *replaced = NULL;
@@ -549,7 +549,7 @@ zt_status zt_ckpt_install(const char *dir, const char *tag, const char *tmp, int
             if (rename(final, old) != 0)
                 return zt_error(ZT_ERR_IO, "%s: cannot move the checkpoint it replaces aside: "
                                 "%s", final, strerror(errno));
-            zt_inject_ckpt_kill(step, "aside");
+            zt_inject_ckpt_kill(step, "aside", 0);
             replaced = old;
         }
     }
@@ -561,8 +561,8 @@ zt_status zt_ckpt_install(const char *dir, const char *tag, const char *tmp, int
                         strerror(err));
     }
     ZT_TRY(zt_sync_dir(dir));
-    zt_inject_ckpt_kill(step, "placed");
+    zt_inject_ckpt_kill(step, "placed", 0);
     ZT_TRY(zt_write_file_atomic(latest, tag, strlen(tag)));
-    zt_inject_ckpt_kill(step, "latest");
+    zt_inject_ckpt_kill(step, "latest", 0);
     return replaced ? zt_remove_tree(replaced) : ZT_OK;
 }

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "ztrain/tb_events.h"
 #include "ztrain/metrics.h"
 
@@ -46,6 +48,17 @@ static void mirror_line(zt_metrics_writer *w, const char *line, size_t n) {
         line += k;
         n -= (size_t)k;
     }
+}
+
+bool zt_metrics_value_of(const cJSON *member, double *v) {
+    if (cJSON_IsNull(member)) {
+        *v = NAN;
+        return true;
+    }
+    if (!cJSON_IsNumber(member))
+        return false;
+    *v = member->valuedouble;
+    return true;
 }
 
 /* A value as a record writes it: null for a non-finite one, an integral one without a

@@ -493,7 +493,10 @@ static bool gate_holds(zt_engine *e, double norm, bool overflow) {
 
 /* A step whose update the gate held back: the gradients are dropped and the step counts as
  * skipped, as an overflow's does. */
-static zt_status hold_step(zt_engine *e, double t0) {
+/* A step the gate held (an anomaly policy's skip or stop): its update is left out, but its own
+ * gradient norm is the one reported, as the value an investigation of the anomaly needs. */
+static zt_status hold_step(zt_engine *e, double t0, double norm) {
+    e->grad_norm = norm;
     ZT_TRY(zt_zero_after_step(&e->zero));
     finish_step(e, t0, false);
     return ZT_OK;
@@ -559,9 +562,10 @@ static zt_status step_half(zt_engine *e, double t0) {
     bool overflow = !isfinite(norm2);
     bool checked = e->ds.fp16.enabled || e->ds.bf16.check_grad_overflow;
     FILE *log = e->opts.rank == 0 ? e->opts.log : NULL;
-    bool held = gate_holds(e, overflow ? NAN : sqrt(norm2) / scale, overflow && checked);
+    double norm = overflow ? NAN : sqrt(norm2) / scale;
+    bool held = gate_holds(e, norm, overflow && checked);
     if (held && !(overflow && checked))
-        return hold_step(e, t0);
+        return hold_step(e, t0, norm);
     if (overflow && !checked)
         return zt_error(ZT_ERR_NUMERIC,
                         "engine: bf16 gradients are not finite at step %lld and "
@@ -578,7 +582,6 @@ static zt_status step_half(zt_engine *e, double t0) {
         finish_step(e, t0, false);
         return s;
     }
-    double norm = sqrt(norm2) / scale;
     e->grad_norm = norm;
     double combined = scale;
     if (e->ds.gradient_clipping > 0.0) {
@@ -658,7 +661,7 @@ static zt_status step_apply(zt_engine *e) {
     ZT_TRY(read_step(e, g, NULL, count, &norm2));
     double norm = sqrt(norm2);
     if (gate_holds(e, norm, false))
-        return hold_step(e, t0);
+        return hold_step(e, t0, norm);
     /* Every rank sees the same norm, so they all stop here together. */
     if (!isfinite(norm))
         return zt_error(ZT_ERR_NUMERIC,

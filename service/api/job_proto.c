@@ -18,6 +18,7 @@
 #include "job_proto.h"
 #include "ztrain/checkpoint.h"
 #include "ztrain/json_util.h"
+#include "ztrain/metrics.h"
 #include "ztrain/model.h"
 
 #define DEEPSPEED_KEY "deepspeed"
@@ -762,17 +763,20 @@ zt_status zt_job_proto_job_from_info(const zt_job_info *info, int64_t now_ms,
 
 /* ---- records and log lines --------------------------------------------------------------- */
 
+/* A record's values, a value that was not finite (null in the record) as NaN: the step where
+ * the loss went NaN is one to show, not to leave out. */
 static zt_status record_fill(const cJSON *root, Ztrain__V1__MetricRecord *m, bool *ok) {
     size_t n = 0;
+    double value;
     for (const cJSON *c = root->child; c; c = c->next)
-        n += cJSON_IsNumber(c) && isfinite(c->valuedouble);
+        n += zt_metrics_value_of(c, &value);
     if (n == 0)
         return ZT_OK;
     m->values = calloc(n, sizeof *m->values);
     if (!m->values)
         return zt_error(ZT_ERR_NOMEM, "out of memory");
     for (const cJSON *c = root->child; c; c = c->next) {
-        if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble))
+        if (!zt_metrics_value_of(c, &value))
             continue;
         Ztrain__V1__MetricValue *v =
             (Ztrain__V1__MetricValue *)new_message(&ztrain__v1__metric_value__descriptor);
@@ -780,7 +784,7 @@ static zt_status record_fill(const cJSON *root, Ztrain__V1__MetricRecord *m, boo
             return zt_error(ZT_ERR_NOMEM, "out of memory");
         m->values[m->n_values++] = v;
         v->key = dup_str(c->string, ok);
-        v->value = c->valuedouble;
+        v->value = value;
     }
     return ZT_OK;
 }

@@ -232,8 +232,12 @@ zt_status zt_jobs_record_count(zt_jobs *jm, const char *id, int64_t *n);
 zt_status zt_jobs_list(zt_jobs *jm, zt_job_state state, const char *after_id, int limit,
                        zt_job_info **jobs, int *n, bool *more);
 
+/* The longest grace period a cancel may ask for, in seconds: a day, as ztraind's own --grace
+ * (which is below it). The front ends refuse a longer one naming grace_seconds. */
+#define ZT_JOBS_MAX_GRACE_S 86400.0
+
 /* Graceful: SIGTERM to the ranks (they finish the step, checkpoint, exit 130), state STOPPING,
- * SIGKILL after grace_s (<= 0: the default); force: SIGKILL now. A queued job is cancelled at
+ * SIGKILL after grace_s (<= 0: the default; at most ZT_JOBS_MAX_GRACE_S); force: SIGKILL now. A queued job is cancelled at
  * once. A terminal job is left as it is. *info (may be NULL) gets the job after the request. */
 zt_status zt_jobs_cancel(zt_jobs *jm, const char *id, bool force, double grace_s,
                          zt_job_info *info);

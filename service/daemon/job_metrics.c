@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "job_manager_internal.h"
+#include "ztrain/metrics.h"
 
 /* Records read from the store at a time: the reader's mutex is released between pages. */
 #define STORE_PAGE 256
@@ -194,12 +195,14 @@ static bool series_record(void *ctx, const zt_metric_record *r) {
                 continue;
             }
             const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, q->v[i].key);
-            if (cJSON_IsNumber(it) && isfinite(it->valuedouble))
-                take_point(q, &q->v[i], r->step, it->valuedouble);
+            double value;
+            if (zt_metrics_value_of(it, &value))
+                take_point(q, &q->v[i], r->step, value);
         }
     } else {
         for (const cJSON *it = obj->child; it && !q->too_many_keys; it = it->next) {
-            if (!cJSON_IsNumber(it) || !it->string || !isfinite(it->valuedouble))
+            double value;
+            if (!it->string || !zt_metrics_value_of(it, &value))
                 continue;
             sink *k = find_sink(q, it->string);
             if (!k && q->n == ZT_METRICS_MAX_KEYS) {
@@ -210,7 +213,7 @@ static bool series_record(void *ctx, const zt_metric_record *r) {
                 k = &q->v[q->n++];
                 *k = (sink){.key = zt_jm_strdup(it->string), .owned = true};
             }
-            take_point(q, k, r->step, it->valuedouble);
+            take_point(q, k, r->step, value);
         }
     }
     cJSON_Delete(obj);

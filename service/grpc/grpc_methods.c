@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -166,9 +167,12 @@ static void handle_cancel(call *c, ProtobufCMessage *m) {
     Ztrain__V1__CancelJobRequest *req = (Ztrain__V1__CancelJobRequest *)m;
     if (!require_id(c, req->id))
         return;
-    if (!isfinite(req->grace_seconds) || req->grace_seconds < 0) {
-        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "grace_seconds",
-                             "grace_seconds must be a number >= 0");
+    if (!isfinite(req->grace_seconds) || req->grace_seconds < 0 ||
+        req->grace_seconds > ZT_JOBS_MAX_GRACE_S) {
+        char why[96];
+        snprintf(why, sizeof why, "grace_seconds must be a number of seconds from 0 to %g",
+                 ZT_JOBS_MAX_GRACE_S);
+        zt_call_finish_field(c, GRPC_STATUS_INVALID_ARGUMENT, "grace_seconds", why);
         return;
     }
     zt_job_info info;

@@ -161,8 +161,9 @@ static bool parse_cancel_body(cJSON *o, bool *force, double *grace, char *err, s
         goto out;
     }
     if (g && !cJSON_IsNull(g) && (!cJSON_IsNumber(g) || !isfinite(g->valuedouble) ||
-                                  g->valuedouble < 0)) {
-        snprintf(err, errsz, "grace_seconds: expected a number >= 0");
+                                  g->valuedouble < 0 || g->valuedouble > ZT_JOBS_MAX_GRACE_S)) {
+        snprintf(err, errsz, "grace_seconds: expected a number of seconds from 0 to %g",
+                 ZT_JOBS_MAX_GRACE_S);
         goto out;
     }
     *force = cJSON_IsTrue(f);

@@ -10,7 +10,10 @@ them).
      markers are drawn inside the plot area, with no text over it until the pointer is on one:
      then the chart names the event (its kind and step); in wall-time mode the markers move to
      (time_unix_ms - started_unix_ms) / 1000 of each event. The job (fp32, no pipeline) shows no
-     loss-scale or pipeline-bubble panel, which it could never fill.
+     loss-scale or pipeline-bubble panel, which it could never fill. Step 3's gradient norm,
+     "NaN" in the API's series, is marked at the top edge of the gradient-norm chart and named
+     in its text alternative (a line cannot draw it: it was left out), the loss chart has no
+     such mark.
   b. A running job whose rank is stopped (SIGSTOP) with events.stall.seconds 2: the stall shows
      in the open page's list and as a marker without a reload (the event stream).
   c. No SEVERE entry in the browser console.
@@ -32,7 +35,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "service"))
 from svc import (BUILD, LONG, TEXT, Checker, Daemon, get_job, submit, temp_dir, tiny_job,  # noqa: E402
                  wait_state, wait_step, write_data)
 
-from page import api, start_browser, wait_until  # noqa: E402
+from page import api, api_series, start_browser, wait_until  # noqa: E402
 
 ck = Checker()
 # The markers each chart must carry in case a: the event's own value's chart only.
@@ -72,6 +75,14 @@ return ch.$ztEvents.map(e => [e.step, e.x_time,
 
 def marks(drv, testid):
     return drv.execute_script(MARKS_JS, testid) or []
+
+
+def non_finite(drv, testid):
+    """The chart's marks of non-finite values as drawn: [{step, edge, px, left, right}]."""
+    return drv.execute_script("""
+        const ch = Chart.getChart(document.querySelector(`[data-testid="${arguments[0]}"]`));
+        return (ch.$ztNonFiniteDrawn || []).map(m => ({step: m.step, edge: m.edge, px: m.px,
+          left: ch.chartArea.left, right: ch.chartArea.right}));""", testid)
 
 
 def hover_marker(drv, testid, step):
@@ -128,6 +139,20 @@ def main():
                 ck.check([x[0] for x in m] == steps and
                          all(left <= px <= right for _, _, px, left, right in m),
                          f"a: {testid} has markers at steps {steps} inside its plot: {m}")
+            # The non-finite gradient norm of step 3 (NaN in the API's series) is marked at
+            # the top edge of its chart (a line cannot draw it) and named in its text.
+            steps, values = api_series(d, a.id, "train/grad_norm")
+            nan_steps = [st for st, v in zip(steps, values) if v is None]
+            ck.check(nan_steps == [3], f"a: the API's grad_norm is NaN at step 3 only: {nan_steps}")
+            drawn = wait_until(lambda: non_finite(drv, "chart-grad-norm"), 5)
+            ck.check([(x["step"], x["edge"]) for x in drawn or []] == [(3, "top")] and
+                     all(x["left"] <= x["px"] <= x["right"] for x in drawn),
+                     f"a: the grad-norm chart marks step 3's NaN at its top edge: {drawn}")
+            ck.check(non_finite(drv, "chart-loss") == [], "a: the loss chart marks no NaN")
+            label = drv.execute_script("return document.querySelector("
+                                       "'[data-testid=\"chart-grad-norm\"]').getAttribute('aria-label');")
+            ck.check("grad norm NaN at step 3" in (label or ""),
+                     f"a: the chart's text names the NaN step: {label!r}")
             hidden = drv.execute_script(
                 "return ['chart-loss-scale', 'chart-pipeline-bubble', 'chart-loss'].map(t => "
                 "getComputedStyle(document.querySelector(`[data-testid=\"${t}\"]`).closest('figure'))"

@@ -188,6 +188,25 @@ def rank_pids(run, n=2, timeout=10):
     return {}
 
 
+def both_training(case, run):
+    """{rank: pid} once both ranks of the run train (checked, naming the case), or {}."""
+    started = run.wait_training()
+    ranks = rank_pids(run)
+    ck.check(started and len(ranks) == 2, f"{case}: both ranks start and train ({ranks})")
+    return ranks if len(ranks) == 2 else {}
+
+
+def checkpoint_complete(case, d):
+    """Checks that the case's checkpoint directory d/ckpt has `latest` naming a tag with DONE."""
+    ckpt = os.path.join(d, "ckpt")
+    tag = ""
+    if os.path.exists(os.path.join(ckpt, "latest")):
+        with open(os.path.join(ckpt, "latest")) as f:
+            tag = f.read().strip()
+    ck.check(tag and os.path.exists(os.path.join(ckpt, tag, "DONE")),
+             f"{case}: the checkpoint '{tag}' is complete (DONE written)")
+
+
 def leftovers(job):
     """Processes whose command line names this case's job file (zombies have none)."""
     p = subprocess.run(["pgrep", "-f", job], capture_output=True, text=True)
@@ -249,10 +268,8 @@ def case_b():
     finally:
         os.close(fd)
     try:
-        started = run.wait_training()
-        ranks = rank_pids(run)
-        ck.check(started and len(ranks) == 2, f"b: both ranks start and train ({ranks})")
-        if len(ranks) != 2:
+        ranks = both_training("b", run)
+        if not ranks:
             return
         leaked = [pid for pid in ranks.values() for f in os.listdir(f"/proc/{pid}/fd")
                   if os.path.realpath(f"/proc/{pid}/fd/{f}") == marker]
@@ -312,10 +329,8 @@ def stopped_rank_case(comm, stopped, check_timing=False):
     write_job(job, spec)
     run = Run(job, env=base_env(ZTRAIN_COMM_TIMEOUT_S=3))
     try:
-        started = run.wait_training()
-        ranks = rank_pids(run)
-        ck.check(started and len(ranks) == 2, f"c: both ranks start and train ({ranks})")
-        if len(ranks) != 2:
+        ranks = both_training("c", run)
+        if not ranks:
             return
         os.kill(ranks[stopped], signal.SIGSTOP)
         t0 = time.monotonic()
@@ -434,10 +449,8 @@ def case_e():
     d, job = new_case(checkpoint=True)
     run = Run(job)
     try:
-        started = run.wait_training()
-        ranks = rank_pids(run)
-        ck.check(started and len(ranks) == 2, f"e: both ranks start and train ({ranks})")
-        if len(ranks) != 2:
+        ranks = both_training("e", run)
+        if not ranks:
             return
         os.kill(run.p.pid, signal.SIGINT)
         rc = run.wait(20)
@@ -446,13 +459,7 @@ def case_e():
                             f"{run.stderr().strip()}")
         ck.check(re.search(r"^stopped at step \d+ \(checkpoint written\)", out, re.M) is not None,
                  "e: rank 0 reports the stop and the checkpoint")
-        ckpt = os.path.join(d, "ckpt")
-        tag = ""
-        if os.path.exists(os.path.join(ckpt, "latest")):
-            with open(os.path.join(ckpt, "latest")) as f:
-                tag = f.read().strip()
-        ck.check(tag and os.path.exists(os.path.join(ckpt, tag, "DONE")),
-                 f"e: the checkpoint '{tag}' is complete (DONE written)")
+        checkpoint_complete("e", d)
         left = no_leftovers(job)
         ck.check(not left, f"e: no process of the job is left ({left})")
     finally:
@@ -480,10 +487,8 @@ def case_g():
     d, job = new_case()
     run = Run(job)
     try:
-        started = run.wait_training()
-        ranks = rank_pids(run)
-        ck.check(started and len(ranks) == 2, f"g: both ranks start and train ({ranks})")
-        if len(ranks) != 2:
+        ranks = both_training("g", run)
+        if not ranks:
             return
         os.kill(run.p.pid, signal.SIGKILL)
         run.wait(5)
@@ -551,10 +556,8 @@ def case_h():
     d, job = new_case(checkpoint=True, log_interval=1)
     run = Run(job, env=base_env(ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
     try:
-        started = run.wait_training()
-        ranks = rank_pids(run)
-        ck.check(started and len(ranks) == 2, f"h: both ranks start and train ({ranks})")
-        if len(ranks) != 2:
+        ranks = both_training("h", run)
+        if not ranks:
             return
         rc, err = signal_twice(run)
         ck.check(rc == 137, f"h: a second signal ends `ztrain run` with exit 137 (exit {rc}) "
@@ -617,10 +620,8 @@ def case_k():
     d, job = new_case(checkpoint=True, log_interval=1)
     run = Run(job, env=base_env(ZTRAIN_INJECT_SLOW_RANK=SLOW_RANK))
     try:
-        started = run.wait_training()
-        ranks = rank_pids(run)
-        ck.check(started and len(ranks) == 2, f"k: both ranks start and train ({ranks})")
-        if len(ranks) != 2:
+        ranks = both_training("k", run)
+        if not ranks:
             return
         os.kill(run.p.pid, signal.SIGTERM)
         time.sleep(0.1)
@@ -630,13 +631,7 @@ def case_k():
         ck.check(stopping, "k: the run is still stopping when the second SIGTERM comes")
         ck.check(rc == 130, f"k: SIGTERM twice within 1 s stops `ztrain run` with exit 130, as "
                             f"one (exit {rc}) {run.stderr().strip()[-300:]}")
-        ckpt = os.path.join(d, "ckpt")
-        tag = ""
-        if os.path.exists(os.path.join(ckpt, "latest")):
-            with open(os.path.join(ckpt, "latest")) as f:
-                tag = f.read().strip()
-        ck.check(tag and os.path.exists(os.path.join(ckpt, tag, "DONE")),
-                 f"k: the checkpoint '{tag}' is complete (DONE written)")
+        checkpoint_complete("k", d)
         left = no_leftovers(job)
         ck.check(not left, f"k: no process of the job is left ({left})")
     finally:

@@ -65,6 +65,20 @@ def listing(top):
                   for r, dirs, files in os.walk(top) for f in files + dirs)
 
 
+def refused_as_is(d, layout, ckpt, name, damage, says, what):
+    """Resumes (run `name`) from ckpt, a copy of the uninterrupted run's checkpoint that
+    damage(ckpt) changed: the run must fail, its stderr holding every string of `says`, and
+    ckpt must be as it was (nothing written)."""
+    shutil.copytree(f"{d}/ck-whole", ckpt)
+    damage(ckpt)
+    before = listing(ckpt)
+    p = train(d, name, job(layout, ckpt, True))
+    ck.check(p.returncode != 0 and all(s in p.stderr for s in says) and
+             listing(ckpt) == before,
+             f"{layout}: {what}, nothing written: {(p.stdout + p.stderr).strip()[-600:]}")
+    shutil.rmtree(ckpt)
+
+
 ck = Checker()
 with tempfile.TemporaryDirectory() as top:
     with open(f"{top}/train.txt", "wb") as f:
@@ -126,30 +140,22 @@ with tempfile.TemporaryDirectory() as top:
         shutil.rmtree(ckpt)
 
         # The second part never saved at all: nothing every part has.
-        shutil.copytree(f"{d}/ck-whole", ckpt)
-        for name in os.listdir(f"{ckpt}/{second}"):
-            shutil.rmtree(f"{ckpt}/{second}/{name}", ignore_errors=True)
-        os.remove(f"{ckpt}/{second}/latest")
-        before = listing(ckpt)
-        p = train(d, "none", job(layout, ckpt, True))
-        ck.check(p.returncode != 0 and f"{second}/global_step10" in p.stderr and
-                 "no other checkpoint is" in p.stderr and listing(ckpt) == before,
-                 f"{layout}: no checkpoint on every part is refused naming the part, nothing "
-                 f"written: {p.stderr.strip()[-600:]}")
-        shutil.rmtree(ckpt)
+        def no_checkpoint(ckpt):
+            for name in os.listdir(f"{ckpt}/{second}"):
+                shutil.rmtree(f"{ckpt}/{second}/{name}", ignore_errors=True)
+            os.remove(f"{ckpt}/{second}/latest")
+        refused_as_is(d, layout, ckpt, "none", no_checkpoint,
+                      [f"{second}/global_step10", "no other checkpoint is"],
+                      "no checkpoint on every part is refused naming the part")
 
         # A damaged layout marker (cut short): refused naming it. Before, a TP job took the
         # shard directories for tags without DONE, started over from step 0 and saved over them.
-        shutil.copytree(f"{d}/ck-whole", ckpt)
-        with open(f"{ckpt}/{marker}", "r+") as f:
-            f.truncate(20)
-        before = listing(ckpt)
-        p = train(d, "marker", job(layout, ckpt, True))
-        ck.check(p.returncode != 0 and f"{ckpt}/{marker}" in p.stderr and
-                 "cannot be resumed without it" in p.stderr and listing(ckpt) == before,
-                 f"{layout}: a damaged {marker} is refused naming it, nothing written: "
-                 f"{(p.stdout + p.stderr).strip()[-400:]}")
-        shutil.rmtree(ckpt)
+        def cut_marker(ckpt):
+            with open(f"{ckpt}/{marker}", "r+") as f:
+                f.truncate(20)
+        refused_as_is(d, layout, ckpt, "marker", cut_marker,
+                      [f"{ckpt}/{marker}", "cannot be resumed without it"],
+                      f"a damaged {marker} is refused naming it")
 
         # A part that cannot save at all (its directory is a file), with 2 replicas: the part's
         # other replica names the failing rank by its rank in the job, not by its replica index

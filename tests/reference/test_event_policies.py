@@ -5,7 +5,9 @@ step 12's batch is random tokens (a different distribution: a loss spike). With 
 "skip" for both, every step's loss must equal PyTorch's training that leaves out exactly those two
 updates (and not the training that applies the spike's), events.jsonl must name both events, and
 train/skipped_steps must count them. With "checkpoint_and_stop" on the spike, the run must fail
-naming the event, with a checkpoint of step 12 whose weights are PyTorch's after step 11."""
+naming the event, with a checkpoint of step 12 whose weights are PyTorch's after step 11. A
+skipped step's record shows its own train/grad_norm (PyTorch's for the spike, null for the NaN
+step), not the step before's."""
 import json
 import os
 import tempfile
@@ -49,12 +51,12 @@ def job(d, policy, extra_train=None):
 
 
 def torch_run(skip, steps, keep=()):
-    """Per-step losses of the reference, leaving out the updates of the steps in `skip` (their
-    gradients are dropped; the momentum buffer is left as it was), and its parameters after each
-    step in `keep`."""
+    """Per-step losses and global gradient norms of the reference, leaving out the updates of the
+    steps in `skip` (their gradients are dropped; the momentum buffer is left as it was), and its
+    parameters after each step in `keep`."""
     ref = {k: v.double().clone().requires_grad_(True) for k, v in params.items()}
     opt = torch.optim.SGD(list(ref.values()), lr=LR, momentum=MOMENTUM)
-    losses, kept = [], {}
+    losses, norms, kept = [], [], {}
     for step in range(1, steps + 1):
         starts = [((step - 1) * MICRO + i) * T for i in range(MICRO)]
         x = torch.stack([tokens[s:s + T] for s in starts])
@@ -63,12 +65,13 @@ def torch_run(skip, steps, keep=()):
                                                  y.reshape(-1))
         loss.backward()
         losses.append(loss.item())
+        norms.append(torch.sqrt(sum((v.grad ** 2).sum() for v in ref.values())).item())
         if step not in skip:
             opt.step()
         opt.zero_grad()
         if step in keep:
             kept[step] = {k: v.detach().clone() for k, v in ref.items()}
-    return losses, kept
+    return losses, norms, kept
 
 
 with tempfile.TemporaryDirectory() as d:
@@ -83,8 +86,8 @@ with tempfile.TemporaryDirectory() as d:
     got = read_metrics(f"{d}/skip/metrics.jsonl")
     with open(f"{d}/skip/events.jsonl") as f:
         events = [json.loads(line) for line in f if line.strip()]
-    want, _ = torch_run({NAN_STEP, SPIKE_STEP}, STEPS)
-    applied, kept = torch_run({NAN_STEP}, STEPS, keep=(SPIKE_STEP - 1, SPIKE_STEP))
+    want, want_norms, _ = torch_run({NAN_STEP, SPIKE_STEP}, STEPS)
+    applied, _, kept = torch_run({NAN_STEP}, STEPS, keep=(SPIKE_STEP - 1, SPIKE_STEP))
     ck.check(len(got) == STEPS, f"{len(got)} records")
     for step in range(1, STEPS + 1):
         m = got[step - 1]
@@ -95,6 +98,18 @@ with tempfile.TemporaryDirectory() as d:
     ck.check(e > 1e-3, f"step {SPIKE_STEP + 1}: applying the spike's update would give another "
                        f"loss ({applied[SPIKE_STEP]:.6f}, rel {e:.1e})")
     ck.check(got[-1]["train/skipped_steps"] == 2, f"skipped_steps {got[-1]['train/skipped_steps']}")
+    # A skipped step's record carries its own gradient norm (before: the step before's), and
+    # counts itself in skipped_steps.
+    spike_norm = got[SPIKE_STEP - 1]["train/grad_norm"]
+    ck.check(spike_norm is not None and
+             abs(spike_norm - want_norms[SPIKE_STEP - 1]) < 1e-3 * want_norms[SPIKE_STEP - 1],
+             f"step {SPIKE_STEP}'s grad_norm is its own: {spike_norm} vs torch "
+             f"{want_norms[SPIKE_STEP - 1]:.6f} (step before: {want_norms[SPIKE_STEP - 2]:.6f})")
+    ck.check(got[NAN_STEP - 1]["train/grad_norm"] is None,
+             f"step {NAN_STEP}'s NaN grad_norm is null: {got[NAN_STEP - 1]['train/grad_norm']}")
+    ck.check([m["train/skipped_steps"] for m in got[NAN_STEP - 2:NAN_STEP]] == [0, 1] and
+             [m["train/skipped_steps"] for m in got[SPIKE_STEP - 2:SPIKE_STEP]] == [1, 2],
+             "each skipped step's record counts it")
     kinds = [(ev["kind"], ev["train/global_step"], ev["policy"]) for ev in events]
     ck.check(kinds == [("nonfinite", NAN_STEP, "skip"), ("loss_spike", SPIKE_STEP, "skip")],
              f"events.jsonl: {kinds}")

@@ -26,6 +26,8 @@ RFC 9457 problem JSON (application/problem+json) for HTTP.
      RESOURCE_EXHAUSTED with QuotaFailure on "jobs". HTTP gives each the same code and field.
   e. Request fields: ListJobs page_size -1 and GetJob without an id name "page_size" and "id";
      over HTTP a bad page_size names it too, and a body that is not a SubmitJobRequest is 400.
+     A cancel's grace_seconds above a day (86400) is INVALID_ARGUMENT naming it over both; a
+     day itself is taken.
   f. Sizes: a 200 KB spec over HTTP is judged like any other; a 2 MB one is RESOURCE_EXHAUSTED
      with QuotaFailure on "spec" over both (the manager's limit, not a transport's).
   g. JSON bodies as Python's json reads them (a document is one value; the strings a C string
@@ -396,6 +398,21 @@ def case_e(d):
         s, _, p = http(d, "POST", "/api/v1/jobs", body)
         ck.check(s == 400 and p.get("code") == "INVALID_ARGUMENT" and p.get("field"),
                  f"e: HTTP body {body!r}: {s} field {p.get('field')!r}: {p.get('detail')}")
+    # A cancel's grace period is at most a day (docs/service.md), as ztraind's --grace: above
+    # it is refused naming grace_seconds over both; a day itself is taken (the job is unknown).
+    for grace, refused in ((86400.5, True), (1e9, True), (86400, False)):
+        code, st = grpc_error(lambda: d.stub().CancelJob(
+            pb.CancelJobRequest(id="job-999999", grace_seconds=grace), metadata=d.metadata,
+            timeout=30))
+        br = detail(st, error_details_pb2.BadRequest)
+        fields = [v.field for v in br.field_violations] if br else []
+        ck.check((code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["grace_seconds"])
+                 if refused else code == grpc.StatusCode.NOT_FOUND,
+                 f"e: gRPC cancel with grace_seconds {grace}: {code.name} {fields}")
+        s, _, p = http(d, "POST", "/api/v1/jobs/job-999999/cancel", {"grace_seconds": grace})
+        ck.check((s == 400 and p.get("field") == "grace_seconds") if refused else s == 404,
+                 f"e: HTTP cancel with grace_seconds {grace}: {s} {p.get('field')!r}: "
+                 f"{p.get('detail')}")
 
 
 def case_f(d):

@@ -195,7 +195,10 @@ int64_t zt_engine_micro_steps(const zt_engine *e);
 int64_t zt_engine_skipped_steps(const zt_engine *e);
 double zt_engine_get_lr(const zt_engine *e);          /* lr the next update uses */
 double zt_engine_get_momentum(const zt_engine *e);
-double zt_engine_global_grad_norm(const zt_engine *e); /* of the last applied step (pre-clip) */
+/* The pre-clip gradient norm of the last step that was applied or held by the step gate (a
+ * held step's own, NaN when it was not finite); an overflow step keeps the one before, as
+ * DeepSpeed's get_global_grad_norm does. */
+double zt_engine_global_grad_norm(const zt_engine *e);
 zt_engine_timers zt_engine_get_timers(const zt_engine *e);
 /* Model-state memory held by this rank since the last call (see zt_engine_memory). */
 zt_engine_memory zt_engine_take_memory(zt_engine *e);

@@ -22,24 +22,32 @@ static inline int64_t zt_inject_step(const char *name, int rank) {
     return step;
 }
 
-/* Whether the variable `name`, set to "STEP:POINT", names this step and this point (a word);
- * false when it is unset or malformed. */
-static inline bool zt_inject_at(const char *name, int64_t step, const char *point) {
+/* Whether the variable `name`, set to "STEP:POINT[:RANK]", names this step, this point (a word)
+ * and this rank (RANK defaults to 0); false when it is unset or malformed. */
+static inline bool zt_inject_at(const char *name, int64_t step, const char *point, int rank) {
     const char *v = getenv(name);
     long long at = 0;
+    int r = 0;
     char where[64];
-    return v && sscanf(v, "%lld:%63s", &at, where) == 2 && at == step &&
-           strcmp(where, point) == 0;
+    return v && sscanf(v, "%lld:%63[^:]:%d", &at, where, &r) >= 2 && at == step &&
+           strcmp(where, point) == 0 && r == rank;
 }
 
-/* ZTRAIN_INJECT_CKPT_KILL="STEP:POINT": the process SIGKILLs itself at POINT of saving the
- * checkpoint of global step STEP, as a grace period running out there would (checkpoint.c names
- * the points). */
-static inline void zt_inject_ckpt_kill(int64_t step, const char *point) {
-    if (!zt_inject_at("ZTRAIN_INJECT_CKPT_KILL", step, point))
+/* ZTRAIN_INJECT_CKPT_KILL="STEP:POINT[:RANK]": rank RANK (default 0) SIGKILLs itself at POINT
+ * of saving the checkpoint of global step STEP, as a grace period running out there would
+ * (checkpoint.c and ckpt_dir.c name the points). */
+static inline void zt_inject_ckpt_kill(int64_t step, const char *point, int rank) {
+    if (!zt_inject_at("ZTRAIN_INJECT_CKPT_KILL", step, point, rank))
         return;
     fflush(NULL);
     raise(SIGKILL);
+}
+
+/* ZTRAIN_INJECT_CKPT_FAIL="STEP:POINT[:RANK]": rank RANK's save of global step STEP fails at
+ * POINT ("gather": widening the parameters at ZeRO stages 0-2, as running out of memory there
+ * would). */
+static inline bool zt_inject_ckpt_fail(int64_t step, const char *point, int rank) {
+    return zt_inject_at("ZTRAIN_INJECT_CKPT_FAIL", step, point, rank);
 }
 
 /* ZTRAIN_INJECT_OFFLOAD_KILL=POINT: the process SIGKILLs itself at POINT of making its NVMe

@@ -28,6 +28,12 @@ typedef struct {
     struct zt_tb_writer *tb;  /* NULL unless zt_metrics_tensorboard opened one */
 } zt_metrics_writer;
 
+struct cJSON;
+
+/* A member of a record read back: *v is its number, or NaN for null (a value that was not
+ * finite: which of NaN and ±inf is not kept); false for anything else. */
+bool zt_metrics_value_of(const struct cJSON *member, double *v);
+
 /* Opens path for writing (append keeps earlier records, e.g. when a run resumes). */
 zt_status zt_metrics_open(zt_metrics_writer *w, const char *path, bool append);
 /* Writes one record and flushes it, so a reader tailing the file sees every step. */
