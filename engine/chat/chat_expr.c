@@ -18,6 +18,8 @@ val zt_chat_fail(ex *e, zt_status code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        if (e->r && e->r->over_budget)
+            snprintf(msg, sizeof msg, "%s", zt_chat_nomem(e->r));
         e->st = zt_error(code, "%s: chat_template at offset %zu: %s", e->t->source,
                          zt_chat_offset(e->t, e->offset + (size_t)(e->p - e->base)), msg);
     }

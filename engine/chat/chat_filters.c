@@ -299,7 +299,7 @@ bool zt_chat_case(render *r, val t, zt_chat_case_kind kind, val *out, char why[2
      * for each input byte is always enough. */
     case_buf b = {zt_chat_alloc(r, t.n * 12 + 1), 0, why};
     if (!b.out) {
-        snprintf(why, 256, "out of memory");
+        snprintf(why, 256, "%s", zt_chat_nomem(r));
         return false;
     }
     bool ok = true;
@@ -614,7 +614,7 @@ val zt_chat_test(ex *e, val v, const char *t, size_t n, const zt_chat_arg *args,
     else if (!strcmp(w, "true")) r = v.k == V_BOOL && v.b;
     else if (!strcmp(w, "false")) r = v.k == V_BOOL && !v.b;
     else if (!strcmp(w, "in")) r = zt_chat_compare(e, "in", v, args[0].v);
-    else r = zt_chat_equal(v, args[0].v) == (w[0] != 'n' && w[0] != '!');
+    else r = zt_chat_compare(e, w[0] == 'n' || w[0] == '!' ? "!=" : "==", v, args[0].v);
     return zt_chat_bool(r != neg);
 }
 

@@ -404,36 +404,21 @@ val zt_chat_plus(ex *e, val a, val b) {
                         zt_chat_type_name(a), zt_chat_type_name(b));
 }
 
-/* Whether Python can hash v (a dict view's `in` looks a key up by its hash): not a list, dict,
- * keys() or items(), nor a tuple holding one. */
-static bool hashable(val v) {
-    if (zt_chat_is_generator(v) || zt_chat_view_of(v) == ZT_CHAT_DICT_VALUES)
-        return true; /* by identity */
-    if (v.k == V_DICT || (v.k == V_LIST && !zt_chat_is_tuple(v)))
-        return false;
-    for (int k = 0; v.k == V_LIST && k < v.count; k++)
-        if (!hashable(zt_chat_list_item(v, k)))
-            return false;
-    return true;
-}
-
 /* Python's `needle in hay` for keys() and items(), which look the key up: the key must hash, and
  * items() holds only (key, value) tuples. False with *st set when it does not hash. */
-static bool view_lookup(ex *e, val hay, val *needle) {
+static bool view_lookup(ex *e, val hay, val needle) {
     int view = zt_chat_view_of(hay);
     if (view == ZT_CHAT_DICT_ITEMS) {
-        if (!zt_chat_is_tuple(*needle) || needle->count != 2)
+        if (!zt_chat_is_tuple(needle) || needle.count != 2)
             return false;
-        val key = zt_chat_list_item(*needle, 0);
-        if (!hashable(key)) {
-            zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", zt_chat_type_name(key));
-            return false;
-        }
-    } else if (view == ZT_CHAT_DICT_KEYS && !hashable(*needle)) {
-        zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", zt_chat_type_name(*needle));
-        return false;
+        needle = zt_chat_list_item(needle, 0); /* the key */
+    } else if (view != ZT_CHAT_DICT_KEYS) {
+        return true;
     }
-    return true;
+    const char *t = zt_chat_unhashable(needle);
+    if (t)
+        zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", t);
+    return t == NULL;
 }
 
 /* Python's `needle in hay`: a substring, a list's, tuple's or view's item, an object's key. */
@@ -455,11 +440,15 @@ static bool contains(ex *e, val hay, val needle) {
             zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'in': %s", why);
             return false;
         }
-        if (!view_lookup(e, hay, &needle))
+        if (!view_lookup(e, hay, needle))
             return false;
-        for (int k = 0; k < hay.count; k++)
-            if (zt_chat_equal(zt_chat_list_item(hay, k), needle))
-                return true;
+        for (int k = 0; k < hay.count; k++) {
+            int eq = zt_chat_equal(zt_chat_list_item(hay, k), needle, why);
+            if (eq < 0)
+                zt_chat_fail(e, ZT_ERR_INVALID, "%s", why);
+            if (eq != 0)
+                return eq > 0;
+        }
         return false;
     }
     if (hay.k == V_DICT) {
@@ -496,8 +485,13 @@ static val order(ex *e, char o, bool eq, val a, val b) {
 }
 
 bool zt_chat_compare(ex *e, const char *o, val a, val b) {
-    if (o[0] == '=' || o[0] == '!')
-        return zt_chat_equal(a, b) == (o[0] == '=');
+    if (o[0] == '=' || o[0] == '!') {
+        char why[256];
+        int eq = zt_chat_equal(a, b, why);
+        if (eq < 0)
+            zt_chat_fail(e, ZT_ERR_INVALID, "%s", why);
+        return eq == (o[0] == '=');
+    }
     if (o[0] == 'i' || o[0] == 'n')
         return contains(e, b, a) == (o[0] == 'i');
     return zt_chat_truthy(order(e, o[0], o[1] == '=', a, b));

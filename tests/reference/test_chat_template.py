@@ -466,4 +466,31 @@ with tempfile.TemporaryDirectory() as d:
                      f"{what}: refused naming {key!r} ({err.strip()[:160]!r}); jinja2: "
                      f"{why or repr(want)[:60]}")
 
+    # A value doubled in a loop: jinja2 takes the machine's memory until a MemoryError; the
+    # render stops at its bound of 2 GiB made, naming it, within an address space of 3 GiB.
+    def limit_memory():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    LETTERS = "'" + "x" * 40 + "'"
+    GROWN = [
+        ("a string grown by +", "{% set ns = namespace(s='ab') %}{% for i in " + LETTERS +
+         " %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}"),
+        ("a string grown by ~", "{% set ns = namespace(s='ab') %}{% for i in " + LETTERS +
+         " %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"),
+        ("a list grown by +", "{% set ns = namespace(l=[1]) %}{% for i in " + LETTERS +
+         " %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}"),
+    ]
+    for what, template in GROWN:
+        with open(f"{d}/tokenizer_config.json", "w") as f:
+            json.dump({"chat_template": template, "eos_token": "</s>"}, f)
+        out = tempfile.mkdtemp(dir=d)
+        p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json",
+                            f"{d}/conv.json", out], capture_output=True, text=True,
+                           preexec_fn=limit_memory)
+        err = p.stderr + (open(f"{out}/0.err").read() if os.path.exists(f"{out}/0.err") else "")
+        ck.check(p.returncode in (0, 1) and not os.path.exists(f"{out}/0.txt") and
+                 "over 2 GiB" in err and "chat_template at offset" in err,
+                 f"{what}: refused naming the bound (exit {p.returncode}): {err.strip()[-200:]!r}")
+
 ck.done()
