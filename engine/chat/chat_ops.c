@@ -195,12 +195,13 @@ val zt_chat_subscript(ex *e, val v, val key) {
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
     const char *type = zt_chat_type_name(v);
-    if (v.k == V_DICT && key.k == V_STR) {
+    /* jinja2's getitem: x[key], and when that fails, x's attribute of that name (ns['a'] is
+     * ns.a, a dict's missing key its method of that name) */
+    if (key.k == V_STR) {
         char k[128];
         snprintf(k, sizeof k, "%.*s", (int)key.n, key.s);
-        const cJSON *j = cJSON_GetObjectItemCaseSensitive(v.j, k);
-        return j ? zt_chat_from_json(j)
-                 : zt_chat_undefined(e, "'dict object' has no attribute '%.*s'", (int)key.n, key.s);
+        const cJSON *j = v.k == V_DICT ? cJSON_GetObjectItemCaseSensitive(v.j, k) : NULL;
+        return j ? zt_chat_from_json(j) : zt_chat_attribute(e, v, key.s, key.n);
     }
     /* a generator or dict view has no items by index: Python's TypeError, which jinja2's
      * getitem makes undefined */
@@ -216,8 +217,6 @@ val zt_chat_subscript(ex *e, val v, val key) {
         size_t from = cp_offset(v, at);
         return zt_chat_str(v.s + from, cp_offset((val){.s = v.s + from, .n = v.n - from}, 1));
     }
-    if (key.k == V_STR)
-        return zt_chat_undefined(e, "'%s object' has no attribute '%.*s'", type, (int)key.n, key.s);
     char num[32];
     return zt_chat_undefined(e, "%s object has no element %s", type, repr(key, num));
 }

@@ -437,6 +437,21 @@ with tempfile.TemporaryDirectory() as d:
          "}}{{ messages[0].update is defined }}", None, None),
         ("a list's mutator is undefined", "{{ messages.append is defined }}{{ messages.sort }}",
          None, None),
+        # x['name'] is jinja2's getitem: the item, else the attribute of that name
+        ("a namespace's attribute by subscript", "{% set ns = namespace(a=1) %}{% for m in "
+         "messages %}{% set ns.a = ns['a'] + 1 %}{% endfor %}{{ ns['a'] }}"
+         "{{ ns['b'] is defined }}", None, None),
+        ("loop's attribute by subscript", "{% for m in messages %}{{ loop['index'] }}"
+         "{{ loop['last'] }}{% endfor %}", None, None),
+        ("a missing key, a mutator, a key that is no attribute", "{{ messages[0]['nope'] is "
+         "defined }}{{ messages[0]['pop'] is defined }}{{ messages['0'] is defined }}"
+         "{{ 'abc'['x'] is defined }}{{ (1, 2)['x'] is defined }}", None, None),
+        ("a dict's method by subscript", "{% if messages[0]['get'] %}T{% endif %}",
+         "bound method", "truthy"),
+        ("a str's method by subscript", "{{ 'abc'['upper'] }}", "bound method", "method"),
+        ("a list's method by subscript", "{{ messages['count'] }}", "bound method", "method"),
+        ("a tuple's method by subscript", "{{ (1, 2)['count'] }}", "'.count' of a tuple",
+         "method"),
     ]
     with open(f"{d}/conv.json", "w") as f:
         json.dump([conv], f)
