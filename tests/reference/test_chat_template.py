@@ -452,6 +452,16 @@ with tempfile.TemporaryDirectory() as d:
         ("a list's method by subscript", "{{ messages['count'] }}", "bound method", "method"),
         ("a tuple's method by subscript", "{{ (1, 2)['count'] }}", "'.count' of a tuple",
          "method"),
+        # selectattr, rejectattr and map(attribute=) take a path: parts at dots, digits an index
+        ("dotted attribute paths", "{{ [messages[2]]|selectattr('f.1')|list|length }}"
+         "{{ messages|map(attribute='content.0')|join }}"
+         "{{ messages|map(attribute='f.0', default='-')|list }}"
+         "{{ messages|selectattr('content.1', 'equalto', 'o')|list|length }}"
+         "{{ [messages[2]]|rejectattr('f.6', 'ne', 0)|list|length }}", None, None),
+        ("a path's parts by getitem", "{{ [{'items': 1}]|map(attribute='items')|list }}"
+         "{{ [{'a': {'keys': 2}}]|selectattr('a.keys', 'eq', 2)|list|length }}", None, None),
+        ("a dotted path through a missing attribute", "{{ messages|rejectattr('f.0')|list }}",
+         "has no attribute 'f'", "raise"),
     ]
     with open(f"{d}/conv.json", "w") as f:
         json.dump([conv], f)
