@@ -452,6 +452,9 @@ with tempfile.TemporaryDirectory() as d:
         ("a list's method by subscript", "{{ messages['count'] }}", "bound method", "method"),
         ("a tuple's method by subscript", "{{ (1, 2)['count'] }}", "'.count' of a tuple",
          "method"),
+        ("x.0 is x[0]", "{{ messages.0.role }}{{ messages.0 . content.1 }}{{ 'abc'.2 }}"
+         "{{ messages.9 is defined }}{{ messages.99999999999999999999 is defined }}"
+         "{{ messages.1.5 is defined }}", None, None),
         # selectattr, rejectattr and map(attribute=) take a path: parts at dots, digits an index
         ("dotted attribute paths", "{{ [messages[2]]|selectattr('f.1')|list|length }}"
          "{{ messages|map(attribute='content.0')|join }}"
