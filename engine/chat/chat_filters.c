@@ -30,6 +30,7 @@ static const filter_spec FILTERS[] = {
     {"map", {NULL}, true},     {"upper", {NULL}, false},  {"lower", {NULL}, false},
     {"capitalize", {NULL}, false}, {"title", {NULL}, false},
     {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}, false},
+    {"default", {"default_value", "boolean"}, false}, {"d", {"default_value", "boolean"}, false},
 };
 
 static int n_params(const filter_spec *f) {
@@ -563,6 +564,10 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
         return select(e, v, w[0] == 's', strstr(w, "attr") != NULL, args, nargs);
     if (!strcmp(w, "tojson")) return tojson(e, v, slot, given);
     if (!strcmp(w, "first") || !strcmp(w, "last")) return end_item(e, v, w[0] == 'l');
+    if (w[0] == 'd') { /* default(default_value='', boolean=False), alias d */
+        bool use = v.k == V_UNDEF || (given[1] && zt_chat_truthy(slot[1]) && !zt_chat_truthy(v));
+        return !use ? v : given[0] ? slot[0] : zt_chat_str("", 0);
+    }
     if (!strcmp(w, "string")) {
         val t;
         text_of(e, v, &t, "string");

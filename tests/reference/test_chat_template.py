@@ -452,6 +452,16 @@ with tempfile.TemporaryDirectory() as d:
         ("a list's method by subscript", "{{ messages['count'] }}", "bound method", "method"),
         ("a tuple's method by subscript", "{{ (1, 2)['count'] }}", "'.count' of a tuple",
          "method"),
+        ("|default and |d", "{{ messages[0].nope|default('D') }}{{ messages[0].nope|d('E') }}"
+         "[{{ messages[0].nope|default }}]{{ messages[0].role|default('D') }}"
+         "[{{ ''|default('D') }}]{{ ''|default('F', true) }}{{ 0|d('G', boolean=true) }}"
+         "{{ none|default('H') }}{{ none|default('I', true) }}{{ []|default([1], true) }}"
+         "{{ messages[0].nope|default(default_value='K') }}"
+         "{{ (messages[0].tools|default([]))|length }}", None, None),
+        ("|default's arguments", "{{ messages[0].nope|default('a', 'b', 'c') }}",
+         "takes at most 2", "raise"),
+        ("|default of an undefined's attribute", "{{ messages[0].nope.x|default('D') }}",
+         "has no attribute 'nope'", "raise"),
         ("x.0 is x[0]", "{{ messages.0.role }}{{ messages.0 . content.1 }}{{ 'abc'.2 }}"
          "{{ messages.9 is defined }}{{ messages.99999999999999999999 is defined }}"
          "{{ messages.1.5 is defined }}", None, None),
