@@ -450,8 +450,11 @@ static bool contains(ex *e, val hay, val needle) {
         }
         return false;
     }
-    if (hay.k == V_DICT) {
-        if (needle.k != V_STR)
+    if (hay.k == V_DICT) { /* a key lookup: the needle must hash */
+        const char *t = zt_chat_unhashable(needle);
+        if (t)
+            zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", t);
+        if (t || needle.k != V_STR)
             return false;
         char k[128];
         snprintf(k, sizeof k, "%.*s", (int)needle.n, needle.s);

@@ -129,6 +129,12 @@ CASES = [
      e("'x' not in d.keys()") + e("1 in (1, 2)"), None),
     ("a list in keys()", e("[1] in d.keys()"), "unhashable type: 'list'"),
     ("a list as a key in items()", e("([1], 2) in d.items()"), "unhashable type: 'list'"),
+    ("a list in a dict", e("[1] in d"), "unhashable type: 'list'"),
+    ("a dict in a dict", e("{'a': 1} in d"), "unhashable type: 'dict'"),
+    ("a list in a tuple in a dict", e("(1, [2]) in d"), "unhashable type: 'list'"),
+    ("keys() in a dict", e("d.keys() in d"), "unhashable type: 'dict_keys'"),
+    ("what hashes in a dict", e("(1, 2) in d") + e("none in d") + e("d.values() in d") +
+     e("'k' in d") + e("1 in d"), None),
     ("a list in a tuple as a key in items()", e("(([1],), 2) in d.items()"),
      "unhashable type: 'list'"),
     # what iterates as a list
