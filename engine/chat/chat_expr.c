@@ -3,6 +3,7 @@
  * chat_ops.c for what each construct computes, or, without a render, only checks it, so parse
  * time sees every construct of every branch. */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,8 @@ val zt_chat_fail(ex *e, zt_status code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        if (e->r && e->r->over_budget)
+            snprintf(msg, sizeof msg, "%s", zt_chat_nomem(e->r));
         e->st = zt_error(code, "%s: chat_template at offset %zu: %s", e->t->source,
                          zt_chat_offset(e->t, e->offset + (size_t)(e->p - e->base)), msg);
     }
@@ -403,6 +406,14 @@ static val postfix(ex *e, val v) {
         if (e->st != ZT_OK)
             return v;
         if (op(e, ".")) {
+            skip_ws(e);
+            if (e->p < e->end && *e->p >= '0' && *e->p <= '9') { /* x.0 is jinja2's x[0] */
+                long long i = 0;
+                for (; e->p < e->end && *e->p >= '0' && *e->p <= '9'; e->p++)
+                    i = i > (LLONG_MAX - 9) / 10 ? LLONG_MAX : i * 10 + (*e->p - '0');
+                v = zt_chat_subscript(e, v, zt_chat_int(i));
+                continue;
+            }
             size_t n = peek_ident(e);
             const char *name = e->p;
             e->p += n;

@@ -3,6 +3,7 @@
  * parameters as Python binds them (positionally, then by keyword), so an unknown keyword or one
  * argument too many is refused by name when the template is read. */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ static const filter_spec FILTERS[] = {
     {"map", {NULL}, true},     {"upper", {NULL}, false},  {"lower", {NULL}, false},
     {"capitalize", {NULL}, false}, {"title", {NULL}, false},
     {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}, false},
+    {"default", {"default_value", "boolean"}, false}, {"d", {"default_value", "boolean"}, false},
 };
 
 static int n_params(const filter_spec *f) {
@@ -299,7 +301,7 @@ bool zt_chat_case(render *r, val t, zt_chat_case_kind kind, val *out, char why[2
      * for each input byte is always enough. */
     case_buf b = {zt_chat_alloc(r, t.n * 12 + 1), 0, why};
     if (!b.out) {
-        snprintf(why, 256, "out of memory");
+        snprintf(why, 256, "%s", zt_chat_nomem(r));
         return false;
     }
     bool ok = true;
@@ -388,6 +390,31 @@ static val join(ex *e, val v, const val slot[MAX_PARAMS], const bool given[MAX_P
     return zt_chat_str(s, len);
 }
 
+/* The attribute path's value in item, as jinja2's make_attrgetter takes it: the path split at
+ * dots, a part of digits an index, each part looked up by getitem (the item, else the
+ * attribute); with dflt (map's default= other than none), dflt where a part gives undefined. */
+static val attribute_path(ex *e, val item, val path, const val *dflt) {
+    const char *p = path.s, *end = path.s + path.n;
+    for (;;) {
+        const char *dot = memchr(p, '.', (size_t)(end - p));
+        if (!dot)
+            dot = end;
+        long long index = 0;
+        bool digits = dot > p;
+        for (const char *c = p; digits && c < dot; c++) {
+            digits = *c >= '0' && *c <= '9';
+            index = index > (LLONG_MAX - 9) / 10 ? LLONG_MAX : index * 10 + (*c - '0');
+        }
+        item = zt_chat_subscript(e, item, digits ? zt_chat_int(index)
+                                                 : zt_chat_str(p, (size_t)(dot - p)));
+        if (dflt && item.k == V_UNDEF)
+            item = *dflt;
+        if (dot == end || e->st != ZT_OK)
+            return item;
+        p = dot + 1;
+    }
+}
+
 /* select/reject(test, args...): the items the test passes (or fails); with no test, the truthy
  * (or falsy) ones; selectattr/rejectattr test each item's attribute. A generator, as jinja2's. */
 static val select(ex *e, val v, bool keep, bool attr, const zt_chat_arg *args, int nargs) {
@@ -406,7 +433,7 @@ static val select(ex *e, val v, bool keep, bool attr, const zt_chat_arg *args, i
     int n, kept = 0;
     val *all = iterate(e, keep ? "select" : "reject", v, &n);
     for (int k = 0; all && k < n && e->st == ZT_OK; k++) {
-        val x = attr ? zt_chat_attribute(e, all[k], name.s, name.n) : all[k];
+        val x = attr ? attribute_path(e, all[k], name, NULL) : all[k];
         val t = nargs ? zt_chat_test(e, x, args[0].v.s, args[0].v.n, args + 1, nargs - 1, false)
                       : x;
         if (zt_chat_truthy(t) == keep)
@@ -494,10 +521,8 @@ static val map(ex *e, val v, const zt_chat_arg *args, int nargs) {
     int n;
     val *all = iterate(e, "map", v, &n);
     for (int k = 0; all && k < n && e->st == ZT_OK; k++) {
-        all[k] = attr ? zt_chat_attribute(e, all[k], f.s, f.n)
+        all[k] = attr ? attribute_path(e, all[k], f, dflt && dflt->v.k != V_NONE ? &dflt->v : NULL)
                       : zt_chat_filter(e, all[k], f.s, f.n, args + 1, nargs - 1);
-        if (attr && dflt && all[k].k == V_UNDEF)
-            all[k] = dflt->v;
     }
     return all && e->st == ZT_OK ? generator(e, make_list(e, all, n)) : (val){.k = V_UNDEF};
 }
@@ -539,6 +564,10 @@ val zt_chat_filter(ex *e, val v, const char *name, size_t n, const zt_chat_arg *
         return select(e, v, w[0] == 's', strstr(w, "attr") != NULL, args, nargs);
     if (!strcmp(w, "tojson")) return tojson(e, v, slot, given);
     if (!strcmp(w, "first") || !strcmp(w, "last")) return end_item(e, v, w[0] == 'l');
+    if (w[0] == 'd') { /* default(default_value='', boolean=False), alias d */
+        bool use = v.k == V_UNDEF || (given[1] && zt_chat_truthy(slot[1]) && !zt_chat_truthy(v));
+        return !use ? v : given[0] ? slot[0] : zt_chat_str("", 0);
+    }
     if (!strcmp(w, "string")) {
         val t;
         text_of(e, v, &t, "string");
@@ -614,7 +643,7 @@ val zt_chat_test(ex *e, val v, const char *t, size_t n, const zt_chat_arg *args,
     else if (!strcmp(w, "true")) r = v.k == V_BOOL && v.b;
     else if (!strcmp(w, "false")) r = v.k == V_BOOL && !v.b;
     else if (!strcmp(w, "in")) r = zt_chat_compare(e, "in", v, args[0].v);
-    else r = zt_chat_equal(v, args[0].v) == (w[0] != 'n' && w[0] != '!');
+    else r = zt_chat_compare(e, w[0] == 'n' || w[0] == '!' ? "!=" : "==", v, args[0].v);
     return zt_chat_bool(r != neg);
 }
 

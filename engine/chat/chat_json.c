@@ -150,7 +150,7 @@ bool zt_chat_json_dump(render *r, val v, const zt_chat_json_opts *o, val *out, c
     bool ok = dump(&b, v, &opts, 0, why);
     char *s = ok && !b.oom ? zt_chat_alloc(r, b.len) : NULL;
     if (ok && !s)
-        snprintf(why, 256, "out of memory");
+        snprintf(why, 256, "%s", zt_chat_nomem(r));
     if (s) {
         memcpy(s, b.data, b.len);
         *out = zt_chat_str(s, b.len);

@@ -119,7 +119,7 @@ static bool replace(render *r, val v, val old, val new, long long count, val *ou
 static bool split(render *r, val v, val sep, long long max, val *out, char why[256]) {
     val *parts = (val *)(void *)zt_chat_alloc(r, (v.n + 1) * sizeof *parts);
     if (!parts) {
-        snprintf(why, 256, "out of memory");
+        snprintf(why, 256, "%s", zt_chat_nomem(r));
         return false;
     }
     int n = 0;
@@ -157,7 +157,7 @@ static bool dict_view(render *r, const zt_chat_method *m, val v, val *out, char 
     int n = cJSON_GetArraySize(v.j), k = 0;
     val *all = (val *)(void *)zt_chat_alloc(r, (size_t)(n ? n : 1) * sizeof *all);
     if (!all) {
-        snprintf(why, 256, "out of memory");
+        snprintf(why, 256, "%s", zt_chat_nomem(r));
         return false;
     }
     const cJSON *x;
@@ -174,6 +174,8 @@ static bool dict_view(render *r, const zt_chat_method *m, val v, val *out, char 
         return false;
     *out = zt_chat_dict_view(*out, is(m, "items") ? ZT_CHAT_DICT_ITEMS
                                    : is(m, "keys") ? ZT_CHAT_DICT_KEYS : ZT_CHAT_DICT_VALUES);
+    if (is(m, "values"))
+        ((cJSON *)out->j)->valueint = ++r->values_made;
     return true;
 }
 
@@ -260,7 +262,7 @@ bool zt_chat_method_call(render *r, const zt_chat_method *m, val v, const val *a
         count = args[2].k == V_INT ? args[2].i : args[2].b;
     }
     if (!replace(r, v, args[0], args[1], count, out)) {
-        snprintf(why, 256, "out of memory");
+        snprintf(why, 256, "%s", zt_chat_nomem(r));
         return false;
     }
     return true;

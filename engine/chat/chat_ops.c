@@ -195,12 +195,13 @@ val zt_chat_subscript(ex *e, val v, val key) {
     if (v.k == V_UNDEF)
         return zt_chat_undefined_error(e, v);
     const char *type = zt_chat_type_name(v);
-    if (v.k == V_DICT && key.k == V_STR) {
+    /* jinja2's getitem: x[key], and when that fails, x's attribute of that name (ns['a'] is
+     * ns.a, a dict's missing key its method of that name) */
+    if (key.k == V_STR) {
         char k[128];
         snprintf(k, sizeof k, "%.*s", (int)key.n, key.s);
-        const cJSON *j = cJSON_GetObjectItemCaseSensitive(v.j, k);
-        return j ? zt_chat_from_json(j)
-                 : zt_chat_undefined(e, "'dict object' has no attribute '%.*s'", (int)key.n, key.s);
+        const cJSON *j = v.k == V_DICT ? cJSON_GetObjectItemCaseSensitive(v.j, k) : NULL;
+        return j ? zt_chat_from_json(j) : zt_chat_attribute(e, v, key.s, key.n);
     }
     /* a generator or dict view has no items by index: Python's TypeError, which jinja2's
      * getitem makes undefined */
@@ -216,8 +217,6 @@ val zt_chat_subscript(ex *e, val v, val key) {
         size_t from = cp_offset(v, at);
         return zt_chat_str(v.s + from, cp_offset((val){.s = v.s + from, .n = v.n - from}, 1));
     }
-    if (key.k == V_STR)
-        return zt_chat_undefined(e, "'%s object' has no attribute '%.*s'", type, (int)key.n, key.s);
     char num[32];
     return zt_chat_undefined(e, "%s object has no element %s", type, repr(key, num));
 }
@@ -404,36 +403,21 @@ val zt_chat_plus(ex *e, val a, val b) {
                         zt_chat_type_name(a), zt_chat_type_name(b));
 }
 
-/* Whether Python can hash v (a dict view's `in` looks a key up by its hash): not a list, dict,
- * keys() or items(), nor a tuple holding one. */
-static bool hashable(val v) {
-    if (zt_chat_is_generator(v) || zt_chat_view_of(v) == ZT_CHAT_DICT_VALUES)
-        return true; /* by identity */
-    if (v.k == V_DICT || (v.k == V_LIST && !zt_chat_is_tuple(v)))
-        return false;
-    for (int k = 0; v.k == V_LIST && k < v.count; k++)
-        if (!hashable(zt_chat_list_item(v, k)))
-            return false;
-    return true;
-}
-
 /* Python's `needle in hay` for keys() and items(), which look the key up: the key must hash, and
  * items() holds only (key, value) tuples. False with *st set when it does not hash. */
-static bool view_lookup(ex *e, val hay, val *needle) {
+static bool view_lookup(ex *e, val hay, val needle) {
     int view = zt_chat_view_of(hay);
     if (view == ZT_CHAT_DICT_ITEMS) {
-        if (!zt_chat_is_tuple(*needle) || needle->count != 2)
+        if (!zt_chat_is_tuple(needle) || needle.count != 2)
             return false;
-        val key = zt_chat_list_item(*needle, 0);
-        if (!hashable(key)) {
-            zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", zt_chat_type_name(key));
-            return false;
-        }
-    } else if (view == ZT_CHAT_DICT_KEYS && !hashable(*needle)) {
-        zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", zt_chat_type_name(*needle));
-        return false;
+        needle = zt_chat_list_item(needle, 0); /* the key */
+    } else if (view != ZT_CHAT_DICT_KEYS) {
+        return true;
     }
-    return true;
+    const char *t = zt_chat_unhashable(needle);
+    if (t)
+        zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", t);
+    return t == NULL;
 }
 
 /* Python's `needle in hay`: a substring, a list's, tuple's or view's item, an object's key. */
@@ -455,15 +439,22 @@ static bool contains(ex *e, val hay, val needle) {
             zt_chat_fail(e, ZT_ERR_UNSUPPORTED, "'in': %s", why);
             return false;
         }
-        if (!view_lookup(e, hay, &needle))
+        if (!view_lookup(e, hay, needle))
             return false;
-        for (int k = 0; k < hay.count; k++)
-            if (zt_chat_equal(zt_chat_list_item(hay, k), needle))
-                return true;
+        for (int k = 0; k < hay.count; k++) {
+            int eq = zt_chat_equal(zt_chat_list_item(hay, k), needle, why);
+            if (eq < 0)
+                zt_chat_fail(e, ZT_ERR_INVALID, "%s", why);
+            if (eq != 0)
+                return eq > 0;
+        }
         return false;
     }
-    if (hay.k == V_DICT) {
-        if (needle.k != V_STR)
+    if (hay.k == V_DICT) { /* a key lookup: the needle must hash */
+        const char *t = zt_chat_unhashable(needle);
+        if (t)
+            zt_chat_fail(e, ZT_ERR_INVALID, "unhashable type: '%s'", t);
+        if (t || needle.k != V_STR)
             return false;
         char k[128];
         snprintf(k, sizeof k, "%.*s", (int)needle.n, needle.s);
@@ -496,8 +487,13 @@ static val order(ex *e, char o, bool eq, val a, val b) {
 }
 
 bool zt_chat_compare(ex *e, const char *o, val a, val b) {
-    if (o[0] == '=' || o[0] == '!')
-        return zt_chat_equal(a, b) == (o[0] == '=');
+    if (o[0] == '=' || o[0] == '!') {
+        char why[256];
+        int eq = zt_chat_equal(a, b, why);
+        if (eq < 0)
+            zt_chat_fail(e, ZT_ERR_INVALID, "%s", why);
+        return eq == (o[0] == '=');
+    }
     if (o[0] == 'i' || o[0] == 'n')
         return contains(e, b, a) == (o[0] == 'i');
     return zt_chat_truthy(order(e, o[0], o[1] == '=', a, b));

@@ -312,6 +312,11 @@ static void emit(render *r, const char *s, size_t n) {
     if (r->st != ZT_OK)
         return;
     r->yielded = true;
+    if (n > ZT_CHAT_MAX_MADE - r->out.len) {
+        r->st = zt_error(ZT_ERR_UNSUPPORTED, "%s: the rendered text passes 2 GiB",
+                         r->t->source);
+        return;
+    }
     zt_strbuf_append(&r->out, s, n);
     if (r->out.oom)
         r->st = zt_error(ZT_ERR_NOMEM, "%s: out of memory", r->t->source);

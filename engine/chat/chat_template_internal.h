@@ -116,7 +116,23 @@ typedef struct {
      * transformers' AssistantTracker records a generation block's span only then. */
     bool yielded;
     zt_chat_spans *spans; /* where the generation blocks' spans go, or NULL */
+    /* The values() views made so far: each one's number is its identity (Python's `is`), kept by
+     * the references a list, tuple or dict holding it makes, even when it is empty. */
+    int values_made;
+    /* The bytes of the strings, lists and objects made so far (the arena's and the lists' and
+     * objects' nodes), and whether one more would have passed ZT_CHAT_MAX_MADE. */
+    size_t bytes_made;
+    bool over_budget;
 } render;
+
+/* The most a render may make, in strings, lists and objects together, and output: a template
+ * that doubles a string or a list in a loop fails naming this bound, where it would take all
+ * the memory the machine has (jinja2's own MemoryError comes only once the machine runs out). */
+#define ZT_CHAT_MAX_MADE ((size_t)2 << 30)
+/* Counts n more bytes made by r: false (and r->over_budget set) past ZT_CHAT_MAX_MADE. */
+bool zt_chat_charge(render *r, size_t n);
+/* What an allocation's failure in r says: "out of memory", or the bound it passed. */
+const char *zt_chat_nomem(const render *r);
 
 /* The deepest an expression nests: parentheses, brackets, calls' arguments, and chains of '-' or
  * 'not' each count one (jinja2 itself fails near 100 parentheses). */
@@ -204,9 +220,14 @@ bool zt_chat_is_tuple(val v);
 bool zt_chat_consume(val v, char why[256]);
 /* Python's name of v's type, for messages ("str", "int", "dict", "tuple", "dict_keys", ...). */
 const char *zt_chat_type_name(val v);
-/* Python's ==: numbers (bools are 1 and 0) by value, lists and tuples item by item (a tuple never
- * equals a list), objects key by key, dict views as Python's (keys and items as sets). */
-bool zt_chat_equal(val a, val b);
+/* Python's ==: 1 or 0; numbers (bools are 1 and 0) by value, lists and tuples item by item (a
+ * tuple never equals a list), objects key by key, dict views as Python's (keys and items as
+ * sets). -1 with Python's TypeError in why where Python raises one: items() == keys() hashes
+ * items()' first pair to look it up among the keys ("unhashable type: 'list'"). */
+int zt_chat_equal(val a, val b, char why[256]);
+/* NULL when Python can hash v (a dict view's `in` looks a key up by its hash), else the type
+ * that it cannot: a list, dict, keys() or items(), or the first such in a tuple. */
+const char *zt_chat_unhashable(val v);
 /* Whether a and b are integers (bools as 1 and 0, one past 64 bits by its digits), with *c
  * their order, -1, 0 or 1, exact as Python's. */
 bool zt_chat_int_order(val a, val b, int *c);

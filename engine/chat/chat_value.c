@@ -27,10 +27,26 @@
 #define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
+bool zt_chat_charge(render *r, size_t n) {
+    if (n > ZT_CHAT_MAX_MADE - r->bytes_made) {
+        r->over_budget = true;
+        return false;
+    }
+    r->bytes_made += n;
+    return true;
+}
+
+const char *zt_chat_nomem(const render *r) {
+    return r->over_budget ? "the render made over 2 GiB of strings, lists and objects (a value "
+                            "grown in a loop?)" : "out of memory";
+}
+
 char *zt_chat_alloc(render *r, size_t n) {
     if (n > SIZE_MAX - 32)
         return NULL;
     size_t need = (n + 1 + 15) & ~(size_t)15;
+    if (!zt_chat_charge(r, need))
+        return NULL;
     arena_block *b = r->arena;
     if (b && b->cap - b->used >= need) {
         char *p = b->data + b->used;
@@ -332,7 +348,7 @@ bool zt_chat_print(render *r, val v, char num[32], const char **s, size_t *n, ch
     bool ok = repr(&b, v, why);
     char *out = ok && !b.oom ? zt_chat_alloc(r, b.len) : NULL;
     if (ok && !out)
-        snprintf(why, 256, "out of memory");
+        snprintf(why, 256, "%s", zt_chat_nomem(r));
     if (out) {
         memcpy(out, b.data, b.len);
         *s = out, *n = b.len;
@@ -481,28 +497,47 @@ bool zt_chat_int_order(val a, val b, int *c) {
     return whole_order(a, b, false, c);
 }
 
-/* Python's == of two dict views: keys() and items() as sets (the same count, and each item of a
- * one of b's: a dict's keys are distinct), values() only itself (each call makes a new array, so
- * the array, or the first item an array referencing it shares, is the view's identity). */
-static bool views_equal(val a, val b) {
-    int va = zt_chat_view_of(a), vb = zt_chat_view_of(b);
-    if (va == ZT_CHAT_DICT_VALUES || vb == ZT_CHAT_DICT_VALUES)
-        return a.j == b.j || (a.j->child && a.j->child == b.j->child);
-    if (!va || !vb || a.count != b.count)
-        return false;
-    for (int k = 0; k < a.count; k++) {
-        bool found = false;
-        for (int i = 0; i < b.count && !found; i++)
-            found = zt_chat_equal(zt_chat_list_item(a, k), zt_chat_list_item(b, i));
-        if (!found)
-            return false;
+const char *zt_chat_unhashable(val v) {
+    if (zt_chat_is_generator(v) || zt_chat_view_of(v) == ZT_CHAT_DICT_VALUES)
+        return NULL; /* by identity */
+    if (v.k == V_DICT || (v.k == V_LIST && !zt_chat_is_tuple(v)))
+        return zt_chat_type_name(v);
+    for (int k = 0; v.k == V_LIST && k < v.count; k++) {
+        const char *t = zt_chat_unhashable(zt_chat_list_item(v, k));
+        if (t)
+            return t;
     }
-    return true;
+    return NULL;
 }
 
-/* Python's ==: numbers (bools are 1 and 0) by value, lists and tuples item by item (a tuple
- * never equals a list), objects key by key, dict views by views_equal. */
-bool zt_chat_equal(val a, val b) {
+/* Python's == of two dict views: keys() and items() as sets (the same count, and each item of a
+ * one of b's: a dict's keys are distinct), values() only itself (each call makes a new array,
+ * numbered in its valueint, which the arrays referencing it copy: an empty view has no items
+ * whose address could tell it). Python looks a's items up in b one by one: items() against
+ * keys() hashes the first pair, which fails when its value is a list or dict. */
+static int views_equal(val a, val b, char why[256]) {
+    int va = zt_chat_view_of(a), vb = zt_chat_view_of(b);
+    if (va == ZT_CHAT_DICT_VALUES || vb == ZT_CHAT_DICT_VALUES)
+        return va == vb && a.j->valueint == b.j->valueint;
+    if (!va || !vb || a.count != b.count)
+        return 0;
+    if (va != vb && a.count > 0) { /* keys() holds strings, items() tuples */
+        const char *t = va == ZT_CHAT_DICT_ITEMS ? zt_chat_unhashable(zt_chat_list_item(a, 0)) : NULL;
+        if (t)
+            snprintf(why, 256, "unhashable type: '%s'", t);
+        return t ? -1 : 0;
+    }
+    for (int k = 0; k < a.count; k++) {
+        int found = 0;
+        for (int i = 0; i < b.count && !found; i++)
+            found = zt_chat_equal(zt_chat_list_item(a, k), zt_chat_list_item(b, i), why);
+        if (found != 1)
+            return found;
+    }
+    return 1;
+}
+
+int zt_chat_equal(val a, val b, char why[256]) {
     if ((a.k == V_INT || a.k == V_BOOL) && (b.k == V_INT || b.k == V_BOOL))
         return (a.k == V_INT ? a.i : a.b) == (b.k == V_INT ? b.i : b.b);
     if (a.k == V_FLOAT || b.k == V_FLOAT) {
@@ -519,38 +554,41 @@ bool zt_chat_equal(val a, val b) {
         return na && nb && x == y;
     }
     if (a.k != b.k)
-        return false;
+        return 0;
     if (zt_chat_is_generator(a) || zt_chat_is_generator(b)) /* Python's object identity */
         return a.j == b.j;
     if (zt_chat_view_of(a) || zt_chat_view_of(b))
-        return views_equal(a, b);
+        return views_equal(a, b, why);
     if (a.k == V_LIST && zt_chat_is_tuple(a) != zt_chat_is_tuple(b)) /* (1, 2) != [1, 2] */
-        return false;
+        return 0;
     switch (a.k) {
     case V_STR: return a.n == b.n && memcmp(a.s, b.s, a.n) == 0;
-    case V_NONE: case V_UNDEF: return true;
+    case V_NONE: case V_UNDEF: return 1;
     case V_LOOP: return a.loop == b.loop;
     case V_NS: return a.j == b.j;
     case V_LIST: {
         if (a.count != b.count)
-            return false;
-        for (int k = 0; k < a.count; k++)
-            if (!zt_chat_equal(zt_chat_list_item(a, k), zt_chat_list_item(b, k)))
-                return false;
-        return true;
+            return 0;
+        for (int k = 0; k < a.count; k++) {
+            int eq = zt_chat_equal(zt_chat_list_item(a, k), zt_chat_list_item(b, k), why);
+            if (eq != 1)
+                return eq;
+        }
+        return 1;
     }
     case V_DICT: {
         if (cJSON_GetArraySize(a.j) != cJSON_GetArraySize(b.j))
-            return false;
+            return 0;
         const cJSON *x;
         cJSON_ArrayForEach(x, a.j) {
             const cJSON *y = cJSON_GetObjectItemCaseSensitive(b.j, x->string);
-            if (!y || !zt_chat_equal(zt_chat_from_json(x), zt_chat_from_json(y)))
-                return false;
+            int eq = y ? zt_chat_equal(zt_chat_from_json(x), zt_chat_from_json(y), why) : 0;
+            if (eq != 1)
+                return eq;
         }
-        return true;
+        return 1;
     }
-    default: return false;
+    default: return 0;
     }
 }
 
@@ -622,8 +660,10 @@ static cJSON *to_json(render *r, val v, char why[256]) {
     }
     case V_STR: {
         char *s = zt_chat_alloc(r, v.n);
-        if (!s)
+        if (!s) {
+            snprintf(why, 256, "%s", zt_chat_nomem(r));
             return NULL;
+        }
         memcpy(s, v.s, v.n);
         s[v.n] = '\0';
         return cJSON_CreateStringReference(s);
@@ -638,8 +678,10 @@ static cJSON *to_json(render *r, val v, char why[256]) {
         }
         if (v.lo == 0 && (v.step == 1 || v.step == 0) && v.count == cJSON_GetArraySize(v.j)) {
             cJSON *a = cJSON_CreateArrayReference(v.j->child);
-            if (a)
+            if (a) {
                 a->type |= v.j->type & (ZT_CHAT_NOT_LIST | ZT_CHAT_DICT_VIEW);
+                a->valueint = v.j->valueint; /* a values() view's identity */
+            }
             return a;
         }
         cJSON *a = cJSON_CreateArray(); /* a slice: of a tuple (a view has none) */
@@ -660,8 +702,10 @@ static cJSON *to_json(render *r, val v, char why[256]) {
     }
 }
 
-/* A new array or object, kept in r->made. */
-static cJSON *made(render *r, bool object) {
+/* A new array or object for n items, kept in r->made. */
+static cJSON *made(render *r, bool object, int n) {
+    if (!zt_chat_charge(r, (size_t)(n + 1) * sizeof(cJSON)))
+        return NULL;
     if (!r->made && !(r->made = cJSON_CreateArray()))
         return NULL;
     cJSON *a = object ? cJSON_CreateObject() : cJSON_CreateArray();
@@ -673,8 +717,8 @@ static cJSON *made(render *r, bool object) {
 }
 
 bool zt_chat_make_list(render *r, const val *items, int n, val *out, char why[256]) {
-    snprintf(why, 256, "out of memory");
-    cJSON *a = made(r, false);
+    cJSON *a = made(r, false, n);
+    snprintf(why, 256, "%s", zt_chat_nomem(r));
     if (!a)
         return false;
     for (int k = 0; k < n; k++) {
@@ -690,8 +734,8 @@ bool zt_chat_make_list(render *r, const val *items, int n, val *out, char why[25
 
 bool zt_chat_make_dict(render *r, const val *keys, const val *items, int n, bool ns, val *out,
                        char why[256]) {
-    snprintf(why, 256, "out of memory");
-    cJSON *o = made(r, true);
+    cJSON *o = made(r, true, n);
+    snprintf(why, 256, "%s", zt_chat_nomem(r));
     if (!o)
         return false;
     for (int k = 0; k < n; k++) {
@@ -718,7 +762,7 @@ bool zt_chat_make_dict(render *r, const val *keys, const val *items, int n, bool
 }
 
 bool zt_chat_ns_set(render *r, val ns, const char *name, val v, char why[256]) {
-    snprintf(why, 256, "out of memory");
+    snprintf(why, 256, "%s", zt_chat_nomem(r));
     cJSON *x = to_json(r, v, why);
     if (!x)
         return false;

@@ -437,6 +437,44 @@ with tempfile.TemporaryDirectory() as d:
          "}}{{ messages[0].update is defined }}", None, None),
         ("a list's mutator is undefined", "{{ messages.append is defined }}{{ messages.sort }}",
          None, None),
+        # x['name'] is jinja2's getitem: the item, else the attribute of that name
+        ("a namespace's attribute by subscript", "{% set ns = namespace(a=1) %}{% for m in "
+         "messages %}{% set ns.a = ns['a'] + 1 %}{% endfor %}{{ ns['a'] }}"
+         "{{ ns['b'] is defined }}", None, None),
+        ("loop's attribute by subscript", "{% for m in messages %}{{ loop['index'] }}"
+         "{{ loop['last'] }}{% endfor %}", None, None),
+        ("a missing key, a mutator, a key that is no attribute", "{{ messages[0]['nope'] is "
+         "defined }}{{ messages[0]['pop'] is defined }}{{ messages['0'] is defined }}"
+         "{{ 'abc'['x'] is defined }}{{ (1, 2)['x'] is defined }}", None, None),
+        ("a dict's method by subscript", "{% if messages[0]['get'] %}T{% endif %}",
+         "bound method", "truthy"),
+        ("a str's method by subscript", "{{ 'abc'['upper'] }}", "bound method", "method"),
+        ("a list's method by subscript", "{{ messages['count'] }}", "bound method", "method"),
+        ("a tuple's method by subscript", "{{ (1, 2)['count'] }}", "'.count' of a tuple",
+         "method"),
+        ("|default and |d", "{{ messages[0].nope|default('D') }}{{ messages[0].nope|d('E') }}"
+         "[{{ messages[0].nope|default }}]{{ messages[0].role|default('D') }}"
+         "[{{ ''|default('D') }}]{{ ''|default('F', true) }}{{ 0|d('G', boolean=true) }}"
+         "{{ none|default('H') }}{{ none|default('I', true) }}{{ []|default([1], true) }}"
+         "{{ messages[0].nope|default(default_value='K') }}"
+         "{{ (messages[0].tools|default([]))|length }}", None, None),
+        ("|default's arguments", "{{ messages[0].nope|default('a', 'b', 'c') }}",
+         "takes at most 2", "raise"),
+        ("|default of an undefined's attribute", "{{ messages[0].nope.x|default('D') }}",
+         "has no attribute 'nope'", "raise"),
+        ("x.0 is x[0]", "{{ messages.0.role }}{{ messages.0 . content.1 }}{{ 'abc'.2 }}"
+         "{{ messages.9 is defined }}{{ messages.99999999999999999999 is defined }}"
+         "{{ messages.1.5 is defined }}", None, None),
+        # selectattr, rejectattr and map(attribute=) take a path: parts at dots, digits an index
+        ("dotted attribute paths", "{{ [messages[2]]|selectattr('f.1')|list|length }}"
+         "{{ messages|map(attribute='content.0')|join }}"
+         "{{ messages|map(attribute='f.0', default='-')|list }}"
+         "{{ messages|selectattr('content.1', 'equalto', 'o')|list|length }}"
+         "{{ [messages[2]]|rejectattr('f.6', 'ne', 0)|list|length }}", None, None),
+        ("a path's parts by getitem", "{{ [{'items': 1}]|map(attribute='items')|list }}"
+         "{{ [{'a': {'keys': 2}}]|selectattr('a.keys', 'eq', 2)|list|length }}", None, None),
+        ("a dotted path through a missing attribute", "{{ messages|rejectattr('f.0')|list }}",
+         "has no attribute 'f'", "raise"),
     ]
     with open(f"{d}/conv.json", "w") as f:
         json.dump([conv], f)
@@ -465,5 +503,32 @@ with tempfile.TemporaryDirectory() as d:
             ck.check(got is None and key in err and (why is not None) == (jinja == "raise"),
                      f"{what}: refused naming {key!r} ({err.strip()[:160]!r}); jinja2: "
                      f"{why or repr(want)[:60]}")
+
+    # A value doubled in a loop: jinja2 takes the machine's memory until a MemoryError; the
+    # render stops at its bound of 2 GiB made, naming it, within an address space of 3 GiB.
+    def limit_memory():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    LETTERS = "'" + "x" * 40 + "'"
+    GROWN = [
+        ("a string grown by +", "{% set ns = namespace(s='ab') %}{% for i in " + LETTERS +
+         " %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}"),
+        ("a string grown by ~", "{% set ns = namespace(s='ab') %}{% for i in " + LETTERS +
+         " %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"),
+        ("a list grown by +", "{% set ns = namespace(l=[1]) %}{% for i in " + LETTERS +
+         " %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}"),
+    ]
+    for what, template in GROWN:
+        with open(f"{d}/tokenizer_config.json", "w") as f:
+            json.dump({"chat_template": template, "eos_token": "</s>"}, f)
+        out = tempfile.mkdtemp(dir=d)
+        p = subprocess.run([tool("zt_chat_render"), f"{d}/tokenizer_config.json",
+                            f"{d}/conv.json", out], capture_output=True, text=True,
+                           preexec_fn=limit_memory)
+        err = p.stderr + (open(f"{out}/0.err").read() if os.path.exists(f"{out}/0.err") else "")
+        ck.check(p.returncode in (0, 1) and not os.path.exists(f"{out}/0.txt") and
+                 "over 2 GiB" in err and "chat_template at offset" in err,
+                 f"{what}: refused naming the bound (exit {p.returncode}): {err.strip()[-200:]!r}")
 
 ck.done()

@@ -8,7 +8,9 @@ naming the construct, never the list's answer:
 - a tuple is a sequence, a dict view is not; |tojson writes a tuple as a list and refuses a view;
 - a dict view has no items by index (undefined) nor slices (TypeError); a tuple's slice is a tuple;
 - `in`, |list, |first, |last, |join, |length, truth, loops, |map and |select are a list's;
-- `+`: a tuple adds only to a tuple, a list only to a list, a view to nothing.
+- `+`: a tuple adds only to a tuple, a list only to a list, a view to nothing;
+- values() equals itself wherever it is held (in a list, a tuple, a dict, a namespace), empty too,
+  and items() == keys() raises Python's TypeError where it hashes a pair holding a list or dict.
 Each render is compared with apply_chat_template's; each refusal must name the construct.
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/reference/test_chat_tuples.py
@@ -27,8 +29,9 @@ from chat_templates import jinja2_result, zt_render  # noqa: E402
 from ztref import Checker  # noqa: E402
 
 CONV = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-        {"role": "user", "content": "c", "d": {"k": 1, "j": [2]}}]
+        {"role": "user", "content": "c", "d": {"k": 1, "j": [2]}, "e": {}}]
 D = "{% set d = messages[2].d %}"
+V = D + "{% set v = messages[2].e.values() %}"  # an empty values() view: only its identity tells it
 PRINTED = "printing a tuple, a generator"
 
 
@@ -59,6 +62,38 @@ CASES = [
     ("items() == items()", e("d.items() == d.items()") +
      e("d.items() == {'j': [2], 'k': 1}.items()") + e("d.items() == {'j': [3], 'k': 1}.items()"),
      None),
+    # values() is itself wherever it is held, empty too (Python's lists, tuples and dicts
+    # compare an item with itself by identity)
+    ("an empty values() in a list", V + "{{ [v] == [v] }}{{ [[v]] == [[v]] }}{{ v in [v] }}"
+     "{{ [v] == [messages[2].e.values()] }}", None),
+    ("an empty values() in a tuple, a dict, a namespace", V + "{{ (v,) == (v,) }}"
+     "{{ {'a': v} == {'a': v} }}{% set n = namespace(x=v) %}{{ n.x == v }}{{ [n.x] == [v] }}",
+     None),
+    ("an empty values() taken out of a list", V + "{{ [v, v]|first == [v, v]|last }}"
+     "{{ v is equalto([v]|first) }}{{ [v]|select('equalto', v)|list|length }}", None),
+    # items() == keys() looks items()' first pair up among the keys, hashing it
+    ("items() == keys() with a list value", e("{'a': [1]}.items() == {'a': [1]}.keys()"),
+     "unhashable type: 'list'"),
+    ("items() != keys() with a dict value", e("{'a': {}}.items() != {'b': 1}.keys()"),
+     "unhashable type: 'dict'"),
+    ("items() == keys(): the first pair's value", e("{'a': [1], 'b': 1}.items() == "
+                                                   "{'a': 1, 'b': 2}.keys()"),
+     "unhashable type: 'list'"),
+    ("items() == keys(): a list in a tuple", e("{'a': ([1],)}.items() == {'b': 1}.keys()"),
+     "unhashable type: 'list'"),
+    ("items() == keys() inside lists and dicts", e("[{'a': [1]}.items()] == [{'a': [1]}.keys()]"),
+     "unhashable type: 'list'"),
+    ("items() == keys() by 'in'", e("{'a': [1]}.keys() in [{'a': [1]}.items()]"),
+     "unhashable type: 'list'"),
+    ("items() == keys() by a test", e("[{'a': [1]}.items()]|select('equalto', "
+                                      "{'a': [1]}.keys())|list"), "unhashable type: 'list'"),
+    ("items() == keys() that hash or stop early", e("d.items() == d.keys()") +
+     e("{'a': (1,)}.items() == {'b': 1}.keys()") + e("{'a': 1, 'b': [1]}.items() == "
+                                                     "{'a': 1, 'b': 2}.keys()") +
+     e("{'a': [1]}.keys() == {'a': [1]}.items()") + e("{'a': [1]}.items() in "
+                                                       "[{'a': [1]}.keys()]") +
+     e("[1, {'a': [1]}.items()] == [2, {'a': [1]}.keys()]") +
+     e("{'a': [1]}.items() == {'a': [1], 'b': 1}.keys()"), None),
     ("items() is not a list of tuples", e("d.items() == [('k', 1), ('j', [2])]"), None),
     ("nested tuples", e("(1, (2, 3)) == (1, (2, 3))") + e("(1, (2, 3)) == (1, [2, 3])"), None),
     ("a tuple in a namespace", e("namespace(t=(1, 2)).t == (1, 2)") +
@@ -94,6 +129,14 @@ CASES = [
      e("'x' not in d.keys()") + e("1 in (1, 2)"), None),
     ("a list in keys()", e("[1] in d.keys()"), "unhashable type: 'list'"),
     ("a list as a key in items()", e("([1], 2) in d.items()"), "unhashable type: 'list'"),
+    ("a list in a dict", e("[1] in d"), "unhashable type: 'list'"),
+    ("a dict in a dict", e("{'a': 1} in d"), "unhashable type: 'dict'"),
+    ("a list in a tuple in a dict", e("(1, [2]) in d"), "unhashable type: 'list'"),
+    ("keys() in a dict", e("d.keys() in d"), "unhashable type: 'dict_keys'"),
+    ("what hashes in a dict", e("(1, 2) in d") + e("none in d") + e("d.values() in d") +
+     e("'k' in d") + e("1 in d"), None),
+    ("a list in a tuple as a key in items()", e("(([1],), 2) in d.items()"),
+     "unhashable type: 'list'"),
     # what iterates as a list
     ("|list, |first, |last, |join, |length", e("d.keys()|list") + e("d.keys()|first") +
      e("d.keys()|last") + e("d.values()|last") + e("d.keys()|join(',')") +
