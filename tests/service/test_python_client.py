@@ -43,6 +43,8 @@ real ztraind with a token (run in .venv/ for googleapis-common-protos).
      tls with a certificate and no key, a key and no certificate (which abort grpc's C core),
      a key where the certificate goes, or a CA file holding no certificate, is InvalidArgument
      naming tls, tls.key or tls.ca, in a child process that then exits normally.
+  m. A fork whose fork_from.job is the parent's resource name "jobs/ID" (the form errors name
+     it in) forks that job, and Job.spec.fork_from.job is its id.
   e. also covers DeepSpeed's batch rule with two of the three batch keys given (the third
      inferred); tests/deepspeed/test_client_batch_rule.py checks the rule against DeepSpeed."""
 import json
@@ -508,6 +510,22 @@ def case_l(ztrain, c, job, d, site):
                  f"(exit {out.returncode}: {(out.stdout + out.stderr)[-160:]!r})")
 
 
+def case_m(ztrain, c, d):
+    """A fork whose fork_from.job is the parent's resource name "jobs/ID"."""
+    parent = c.submit(tiny_job(d.data_root, name="parent", max_steps=4, checkpoint_interval=2))
+    c.wait(parent.id, timeout=120)
+    try:
+        fork = c.submit(ztrain.JobSpec.from_dict(tiny_job(d.data_root, name="fork", max_steps=4))
+                        .fork_from(job=f"jobs/{parent.id}", step=2))
+        end, err = c.wait(fork.id, timeout=120), None
+    except ztrain.ZtrainError as e:
+        end, err = None, e
+    ck.check(err is None and ztrain.state_name(end.state) == "SUCCEEDED" and
+             end.spec.fork_from.job == parent.id and end.spec.fork_from.step == 2,
+             f"m: fork_from.job jobs/{parent.id} forks {parent.id} at step 2 "
+             f"({err!r}, {end and end.spec.fork_from})")
+
+
 def case_f(d, site):
     """The notebook-style example runs as written against this daemon."""
     env = dict(os.environ, ZTRAIN_ADDR=d.grpc_addr, ZTRAIN_TOKEN=TOKEN,
@@ -540,6 +558,7 @@ def main():
             case_j(ztrain, c, d)
             case_k(ztrain, c, d)
             case_l(ztrain, c, job, d, os.path.join(tmp, "site"))
+            case_m(ztrain, c, d)
             case_g(ztrain, c, d)
         case_f(d, os.path.join(tmp, "site"))
     ck.done()
