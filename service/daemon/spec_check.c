@@ -255,7 +255,17 @@ static zt_status resolve_monitor_dir(cJSON *ds, const char *key, const char *run
     return resolve_in_root(mon, "output_path", field, runs_root, false);
 }
 
-/* The spec with its paths resolved and a default checkpoint directory; *text is heap-owned. */
+/* fork_from.job names the parent by its id or, as every job operand of the API may, by its
+ * resource name "jobs/ID": the spec keeps the id, which the parser looks up and Job.spec shows.
+ * A value of another type is left for the parser to report. */
+static void fork_parent_id(cJSON *top) {
+    cJSON *job = cJSON_GetObjectItemCaseSensitive(section(top, "fork_from"), "job");
+    if (cJSON_IsString(job) && strncmp(job->valuestring, "jobs/", 5) == 0)
+        memmove(job->valuestring, job->valuestring + 5, strlen(job->valuestring + 5) + 1);
+}
+
+/* The spec with its paths resolved, a default checkpoint directory and a fork's parent by its
+ * id; *text is heap-owned. */
 static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json, const char *id,
                                 char **text) {
     /* zt_json_parse and zt_json_print keep a number written as a float one (3.0), which
@@ -318,6 +328,7 @@ static zt_status canonical_spec(const zt_spec_limits *lim, const char *spec_json
     }
     for (int i = 0; s == ZT_OK && ds && i < 2; i++)
         s = resolve_monitor_dir(ds, i ? "csv_monitor" : "tensorboard", lim->runs_root, id);
+    fork_parent_id(top);
     if (s == ZT_OK && !(*text = zt_json_print(top, false)))
         s = zt_error(ZT_ERR_NOMEM, "out of memory");
     cJSON_Delete(top);

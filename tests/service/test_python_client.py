@@ -39,6 +39,12 @@ real ztraind with a token (run in .venv/ for googleapis-common-protos).
      ZtrainError.
   k. A job file whose "deepspeed" file is not JSON is a SpecError naming spec.deepspeed, the
      file, the line and the column.
+  l. metrics(id, "train/loss"), one key as a string, is that key's series (metrics.jsonl's);
+     tls with a certificate and no key, a key and no certificate (which abort grpc's C core),
+     a key where the certificate goes, or a CA file holding no certificate, is InvalidArgument
+     naming tls, tls.key or tls.ca, in a child process that then exits normally.
+  m. A fork whose fork_from.job is the parent's resource name "jobs/ID" (the form errors name
+     it in) forks that job, and Job.spec.fork_from.job is its id.
   e. also covers DeepSpeed's batch rule with two of the three batch keys given (the third
      inferred); tests/deepspeed/test_client_batch_rule.py checks the rule against DeepSpeed."""
 import json
@@ -477,6 +483,49 @@ def case_k(ztrain, c, d):
              f"k: a bad ds_config.json beside the job file is a SpecError naming it: {err!r}")
 
 
+def case_l(ztrain, c, job, d, site):
+    """One metric key given as a string; a client certificate without its key."""
+    m = c.metrics(job.id, "train/loss")
+    ck.check(m == {"train/loss": losses(job)},
+             f"l: metrics(id, \"train/loss\") is that key's series, not one per character "
+             f"({sorted(m)[:5]})")
+    # grpc's C core aborts the process on a certificate without its key: the client refuses
+    # it first, naming tls, in a child so that an abort is seen as one.
+    certs = os.path.join(d.dir, "certs")
+    os.makedirs(certs, exist_ok=True)
+    key, cert = os.path.join(certs, "c.key"), os.path.join(certs, "c.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "2", "-subj", "/CN=client"], check=True, capture_output=True)
+    for tls, field in (({"ca": cert, "cert": cert}, "tls"), ({"ca": cert, "key": key}, "tls"),
+                       ({"ca": cert, "cert": key, "key": cert}, "tls.key"),
+                       ({"ca": key}, "tls.ca")):
+        code = (f"import ztrain\ntry:\n    list(ztrain.Client({d.grpc_addr!r}, token={TOKEN!r},"
+                f" tls={tls!r}, timeout=5).list())\nexcept ztrain.InvalidArgument as e:\n"
+                f"    print('field', e.field)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60, env=dict(os.environ, PYTHONPATH=site))
+        ck.check(out.returncode == 0 and f"field {field}" in out.stdout,
+                 f"l: tls={sorted(tls)} is InvalidArgument naming {field} "
+                 f"(exit {out.returncode}: {(out.stdout + out.stderr)[-160:]!r})")
+
+
+def case_m(ztrain, c, d):
+    """A fork whose fork_from.job is the parent's resource name "jobs/ID"."""
+    parent = c.submit(tiny_job(d.data_root, name="parent", max_steps=4, checkpoint_interval=2))
+    c.wait(parent.id, timeout=120)
+    try:
+        fork = c.submit(ztrain.JobSpec.from_dict(tiny_job(d.data_root, name="fork", max_steps=4))
+                        .fork_from(job=f"jobs/{parent.id}", step=2))
+        end, err = c.wait(fork.id, timeout=120), None
+    except ztrain.ZtrainError as e:
+        end, err = None, e
+    ck.check(err is None and ztrain.state_name(end.state) == "SUCCEEDED" and
+             end.spec.fork_from.job == parent.id and end.spec.fork_from.step == 2,
+             f"m: fork_from.job jobs/{parent.id} forks {parent.id} at step 2 "
+             f"({err!r}, {end and end.spec.fork_from})")
+
+
 def case_f(d, site):
     """The notebook-style example runs as written against this daemon."""
     env = dict(os.environ, ZTRAIN_ADDR=d.grpc_addr, ZTRAIN_TOKEN=TOKEN,
@@ -508,6 +557,8 @@ def main():
             case_i(ztrain, c, d)
             case_j(ztrain, c, d)
             case_k(ztrain, c, d)
+            case_l(ztrain, c, job, d, os.path.join(tmp, "site"))
+            case_m(ztrain, c, d)
             case_g(ztrain, c, d)
         case_f(d, os.path.join(tmp, "site"))
     ck.done()

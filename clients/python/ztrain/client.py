@@ -6,6 +6,7 @@ small typed event objects; every refusal is an ApiError carrying the server's st
 (errors.py)."""
 import datetime
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -102,20 +103,41 @@ def _event(ev: "pb.JobEvent") -> Optional[WatchEvent]:
 class _Tls:
     """tls=True (the system's roots), a CA file's path, or a dict {ca, cert, key} of paths."""
 
+    # What each file must hold: grpc takes any bytes and fails later with no word of which file.
+    PEM = {"ca": ("-----BEGIN CERTIFICATE-----",), "cert": ("-----BEGIN CERTIFICATE-----",),
+           "key": ("-----BEGIN PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----",
+                   "-----BEGIN EC PRIVATE KEY-----")}
+
     @staticmethod
     def credentials(tls) -> grpc.ChannelCredentials:
         if tls is True:
             return grpc.ssl_channel_credentials()
-        if isinstance(tls, str):
+        if isinstance(tls, (str, os.PathLike)):
             tls = {"ca": tls}
         if not isinstance(tls, dict) or not set(tls) <= {"ca", "cert", "key"}:
-            raise ValueError("tls is True, a CA file's path or a dict with ca, cert and key")
+            _refuse("tls", f"tls: {tls!r} is not True, a CA file's path or a dict of ca, cert "
+                           f"and key paths")
+        # grpc's C core aborts the whole process on a client certificate without its key, or a
+        # key without its certificate.
+        if bool(tls.get("cert")) != bool(tls.get("key")):
+            given = "cert" if tls.get("cert") else "key"
+            _refuse("tls", f"tls: cert and key come together (the client's certificate and its "
+                           f"private key, for mutual TLS); only {given} was given")
 
         def read(key):
             if not tls.get(key):
                 return None
-            with open(tls[key], "rb") as f:
-                return f.read()
+            try:
+                with open(tls[key], "rb") as f:
+                    pem = f.read()
+            except OSError as e:
+                _refuse(f"tls.{key}", f"tls.{key}: cannot read {os.fspath(tls[key])}: "
+                                      f"{e.strerror}")
+            if not any(m.encode() in pem for m in _Tls.PEM[key]):
+                what = "private key" if key == "key" else "certificate"
+                _refuse(f"tls.{key}", f"tls.{key}: {os.fspath(tls[key])} holds no PEM {what} "
+                                      f"({_Tls.PEM[key][0]})")
+            return pem
 
         return grpc.ssl_channel_credentials(read("ca"), read("key"), read("cert"))
 
@@ -130,7 +152,9 @@ class Client:
     or blank one is InvalidArgument naming token, as ztrain refuses an empty token file or
     ZTRAIN_TOKEN="" (docs/api.md, "Tokens"). tls: False
     (plaintext), True (TLS, the system's roots), a CA file's path, or {"ca": ..., "cert": ...,
-    "key": ...} for mutual TLS. timeout: seconds for each unary call.
+    "key": ...} for mutual TLS (cert and key together; paths as str or pathlib.Path); a file
+    that cannot be read or holds no PEM certificate (key) is InvalidArgument naming tls.ca,
+    tls.cert or tls.key, before any call. timeout: seconds for each unary call.
 
     After close() (or the end of a `with` block) every call raises ClientClosed."""
 
@@ -242,9 +266,10 @@ class Client:
             if e is not None:
                 yield e
 
-    def metrics(self, job_id: str, keys: Sequence[str] = (), since_step: int = 0,
+    def metrics(self, job_id: str, keys: Union[str, Sequence[str]] = (), since_step: int = 0,
                 max_points: int = 0, as_frame: bool = False):
-        """The history of the chosen keys (all keys when none are given): a dict mapping each
+        """The history of the chosen keys (all keys when none are given; one key may be given
+        as a string, metrics(id, "train/loss"), never read as its characters): a dict mapping each
         key to a list of (step, value) pairs in the order the records came, so a step may
         appear twice (an eval step's train and eval records both carry train/global_step; a
         step run again after a restart). With as_frame=True, a pandas DataFrame instead (pandas
@@ -252,7 +277,8 @@ class Client:
         key, the records of a step merged and, where a step has a key twice, the later value
         (the run after a restart) kept; NaN where a step has no value for a key."""
         resp = self._call("GetMetrics", pb.GetMetricsRequest(
-            id=_id(job_id), keys=list(keys), since_step=since_step, max_points=max_points))
+            id=_id(job_id), keys=[keys] if isinstance(keys, str) else list(keys),
+            since_step=since_step, max_points=max_points))
         out: Dict[str, List[Tuple[int, float]]] = {
             s.key: list(zip(s.steps, s.values)) for s in resp.series}
         if not as_frame:
@@ -395,8 +421,14 @@ def _token(token: Optional[str]) -> Optional[str]:
                        f"spaces or line breaks (a token file's first line)")
         else:
             return token
+    _refuse("token", message)
+
+
+def _refuse(field_path: str, message: str):
+    """Raises the InvalidArgument naming field_path that the client's own checks raise, as the
+    server names a field."""
     raise InvalidArgument("INVALID_ARGUMENT", message,
-                          parsed=_Parsed([Violation("field", "token", message)]))
+                          parsed=_Parsed([Violation("field", field_path, message)]))
 
 
 def _state_value(state) -> int:
@@ -413,9 +445,8 @@ def _state_value(state) -> int:
         if name in names:
             return pb.JobState.Value(name)
     short = ", ".join(n[len("JOB_STATE_"):] for n in names)
-    message = f"state: {state!r} is not a job state ({short}, their JOB_STATE_ names or numbers)"
-    raise InvalidArgument("INVALID_ARGUMENT", message,
-                          parsed=_Parsed([Violation("field", "state", message)]))
+    _refuse("state", f"state: {state!r} is not a job state ({short}, their JOB_STATE_ names or "
+                     f"numbers)")
 
 
 def _id(job_id) -> str:
