@@ -155,6 +155,12 @@ static void zero(cJSON *root, const zt_ds_config *c) {
     num(o, "stage3_max_reuse_distance", (double)z->stage3_max_reuse_distance);
     offload(o, "offload_optimizer", &z->offload_optimizer, false);
     offload(o, "offload_param", &z->offload_param, true);
+    /* The deprecated switches are read into the two sections just written, and DeepSpeed refuses
+     * a deprecated key beside the one that replaces it. */
+    static const char *const deprecated[] = {"cpu_offload", "cpu_offload_param",
+                                             "cpu_offload_use_pin_memory"};
+    for (size_t i = 0; i < sizeof deprecated / sizeof *deprecated; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(o, deprecated[i]);
 }
 
 /* The monitors ztrain writes, where the config has their sections: `enabled` as the parser

@@ -1,5 +1,8 @@
-"""The optimizer section of the effective config (`ztrain validate -o json`'s effective_config,
-the run directory's ds_config.effective.json) against the class DeepSpeed 0.19 builds from it.
+"""The effective config (`ztrain validate -o json`'s effective_config, the run directory's
+ds_config.effective.json) read back by DeepSpeed 0.19 and by ztrain.
+
+Every case's effective config must be taken by DeepSpeedConfig as it stands, with the offload
+devices DeepSpeed reads from the original (the deprecated cpu_offload switches among them).
 
 For each optimizer config, the effective optimizer.params go through DeepSpeed's own choice of the
 class (engine.py: adam_w_mode popped, then DeepSpeedEngine.get_optimizer_configuration on a stub
@@ -23,6 +26,7 @@ import dsref  # noqa: E402,F401  (re-executes under .venv-ds)
 
 import torch  # noqa: E402
 from deepspeed.ops.lamb import FusedLamb  # noqa: E402
+from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402
 from deepspeed.runtime.engine import DeepSpeedEngine  # noqa: E402
 from ztref import Checker, tool  # noqa: E402
 
@@ -40,6 +44,12 @@ CASES = {
     "Lamb coefficients": {"type": "Lamb", "params": {"lr": 0.01, "max_coeff": 5.0,
                                                      "min_coeff": 0.1, "eps_inside_sqrt": True}},
     "SGD": {"type": "SGD", "params": {"lr": 0.01, "momentum": 0.9, "nesterov": True}},
+}
+
+ZERO_CASES = {
+    "cpu_offload": {"stage": 2, "cpu_offload": True},
+    "cpu_offload false": {"stage": 0, "cpu_offload": False},
+    "cpu_offload_param": {"stage": 3, "cpu_offload_param": True, "cpu_offload_use_pin_memory": True},
 }
 
 
@@ -68,16 +78,15 @@ def deepspeed_class(opt):
     return getattr(torch.optim, opt["type"]), {}, params
 
 
-def validate(tmp, optimizer):
-    """ztrain validate's effective optimizer section for a job with this optimizer section."""
+def validate(tmp, deepspeed):
+    """ztrain validate's effective config for a job with this DeepSpeed config."""
     with open(os.path.join(tmp, "train.txt"), "w") as f:
         f.write("ztrain " * 400)
     job = {"name": "eff", "world_size": 1, "device": "cpu",
            "model": {"type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 256,
                      "block_size": 16},
            "data": {"train": "train.txt"}, "train": {"max_steps": 2},
-           "deepspeed": {"train_batch_size": 2, "optimizer": optimizer,
-                         "zero_allow_untested_optimizer": True}}
+           "deepspeed": deepspeed}
     path = os.path.join(tmp, "job.json")
     with open(path, "w") as f:
         json.dump(job, f)
@@ -89,7 +98,23 @@ def validate(tmp, optimizer):
         return None, p.stdout + p.stderr
     if not out.get("valid"):
         return None, "; ".join(out.get("errors") or [p.stderr])
-    return out["effective_config"]["optimizer"], ""
+    return out["effective_config"], ""
+
+
+def config(optimizer=None, zero=None):
+    ds = {"train_batch_size": 2, "zero_allow_untested_optimizer": True,
+          "optimizer": optimizer or {"type": "AdamW", "params": {"lr": 0.01}}}
+    if zero:
+        ds["zero_optimization"] = zero
+    return ds
+
+
+def deepspeed_reads(cfg):
+    """DeepSpeedConfig of cfg, or the exception it raised."""
+    try:
+        return DeepSpeedConfig(cfg)
+    except Exception as e:  # its pydantic or assertion error
+        return e
 
 
 def class_defaults(cls):
@@ -100,9 +125,10 @@ def class_defaults(cls):
 ck = Checker()
 with tempfile.TemporaryDirectory() as tmp:
     for name, opt in CASES.items():
-        eff, err = validate(tmp, opt)
-        if not ck.check(eff is not None, f"{name}: ztrain accepts the config ({err})"):
+        full, err = validate(tmp, config(optimizer=opt))
+        if not ck.check(full is not None, f"{name}: ztrain accepts the config ({err})"):
             continue
+        eff = full["optimizer"]
         cls, kwargs, params = deepspeed_class(eff)
         try:
             inspect.signature(cls).bind(None, **params, **kwargs)
@@ -117,7 +143,23 @@ with tempfile.TemporaryDirectory() as tmp:
                 ck.check(eff["params"].get(key) == defaults[key],
                          f"{name}: {key} written as {cls.__name__}'s default {defaults[key]} "
                          f"(effective: {eff['params'].get(key)})")
-        again, err = validate(tmp, eff)
-        ck.check(again == eff, f"{name}: the effective config validates again to the same "
-                 f"optimizer section ({err or again})")
+        again, err = validate(tmp, full)
+        ck.check(again is not None and again["optimizer"] == eff,
+                 f"{name}: the effective config validates again to the same optimizer section "
+                 f"({err or again['optimizer']})")
+    for name, zero in ZERO_CASES.items():
+        full, err = validate(tmp, config(zero=zero))
+        if not ck.check(full is not None, f"{name}: ztrain accepts the config ({err})"):
+            continue
+        want, got = deepspeed_reads(config(zero=zero)), deepspeed_reads(full)
+        if not ck.check(not isinstance(got, Exception),
+                        f"{name}: DeepSpeedConfig reads the effective config ({got})"):
+            continue
+        for section in ("offload_optimizer", "offload_param"):
+            w, g = getattr(want.zero_config, section), getattr(got.zero_config, section)
+            ck.check((w and w.device) in (None, "none") and (g and g.device) in (None, "none")
+                     or (w and g and w.device == g.device and w.pin_memory == g.pin_memory),
+                     f"{name}: {section} as DeepSpeed reads the original ({w} / {g})")
+        again, err = validate(tmp, full)
+        ck.check(again == full, f"{name}: the effective config validates again to itself ({err})")
 ck.done()
