@@ -46,6 +46,7 @@ static void optimizer(cJSON *root, const zt_ds_config *c) {
         num(p, "momentum", o->momentum);
         num(p, "dampening", o->dampening);
         flag(p, "nesterov", o->nesterov);
+        flag(p, "maximize", o->maximize);
         return;
     }
     double betas[2] = {o->beta1, o->beta2};
@@ -62,7 +63,9 @@ static void optimizer(cJSON *root, const zt_ds_config *c) {
      * picks the class with torch_adam, so a value written stays: torch.optim.Adam's
      * decoupled_weight_decay gives AdamW's update, but true here would build AdamW, which does
      * not take that key. */
-    if (!o->torch_adam)
+    if (o->torch_adam)
+        flag(p, "maximize", o->maximize);
+    else
         flag(p, "bias_correction", o->bias_correction);
     if (!cJSON_GetObjectItemCaseSensitive(p, "adam_w_mode"))
         flag(p, "adam_w_mode", o->adam_w_mode);

@@ -138,7 +138,8 @@ with tempfile.TemporaryDirectory() as tmp:
         ck.check(not bound, f"{name}: the effective params {sorted(params)} bind to "
                  f"{cls.__name__} as DeepSpeed builds it ({bound or 'ok'})")
         defaults = class_defaults(cls)
-        for key in ("max_coeff", "min_coeff", "eps_inside_sqrt", "bias_correction"):
+        for key in ("max_coeff", "min_coeff", "eps_inside_sqrt", "bias_correction", "maximize",
+                    "dampening", "nesterov"):
             if key in defaults and key not in opt["params"]:
                 ck.check(eff["params"].get(key) == defaults[key],
                          f"{name}: {key} written as {cls.__name__}'s default {defaults[key]} "
