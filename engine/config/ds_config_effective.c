@@ -31,6 +31,8 @@ static void flag(cJSON *o, const char *key, bool v) {
     put(o, key, cJSON_CreateBool(v));
 }
 
+/* Each type's params are those of the class DeepSpeed builds for it (a param the class does not take
+ * is DeepSpeed's TypeError and the parser's refusal), so the file reads back as the same config. */
 static void optimizer(cJSON *root, const zt_ds_config *c) {
     if (!c->has_optimizer)
         return;
@@ -44,13 +46,29 @@ static void optimizer(cJSON *root, const zt_ds_config *c) {
         num(p, "momentum", o->momentum);
         num(p, "dampening", o->dampening);
         flag(p, "nesterov", o->nesterov);
+        flag(p, "maximize", o->maximize);
         return;
     }
     double betas[2] = {o->beta1, o->beta2};
     put(p, "betas", cJSON_CreateDoubleArray(betas, 2));
     num(p, "eps", o->eps);
-    flag(p, "bias_correction", o->bias_correction);
-    flag(p, "adam_w_mode", o->adam_w_mode);
+    if (o->type == ZT_OPTIM_LAMB) {
+        flag(p, "bias_correction", o->bias_correction);
+        flag(p, "eps_inside_sqrt", o->eps_inside_sqrt);
+        num(p, "max_coeff", o->max_coeff);
+        num(p, "min_coeff", o->min_coeff);
+        return;
+    }
+    /* torch.optim's Adam and AdamW take no bias_correction (they always correct). adam_w_mode
+     * picks the class with torch_adam, so a value written stays: torch.optim.Adam's
+     * decoupled_weight_decay gives AdamW's update, but true here would build AdamW, which does
+     * not take that key. */
+    if (o->torch_adam)
+        flag(p, "maximize", o->maximize);
+    else
+        flag(p, "bias_correction", o->bias_correction);
+    if (!cJSON_GetObjectItemCaseSensitive(p, "adam_w_mode"))
+        flag(p, "adam_w_mode", o->adam_w_mode);
     flag(p, "torch_adam", o->torch_adam);
 }
 
@@ -140,6 +158,12 @@ static void zero(cJSON *root, const zt_ds_config *c) {
     num(o, "stage3_max_reuse_distance", (double)z->stage3_max_reuse_distance);
     offload(o, "offload_optimizer", &z->offload_optimizer, false);
     offload(o, "offload_param", &z->offload_param, true);
+    /* The deprecated switches are read into the two sections just written, and DeepSpeed refuses
+     * a deprecated key beside the one that replaces it. */
+    static const char *const deprecated[] = {"cpu_offload", "cpu_offload_param",
+                                             "cpu_offload_use_pin_memory"};
+    for (size_t i = 0; i < sizeof deprecated / sizeof *deprecated; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(o, deprecated[i]);
 }
 
 /* The monitors ztrain writes, where the config has their sections: `enabled` as the parser
