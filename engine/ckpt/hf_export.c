@@ -210,15 +210,19 @@ static zt_status copy_generation_config(const char *src, const char *config_path
 /* The config.json whose special token ids (add_token_ids) the export keeps, into
  * src ("" for none): that of the model directory the job started from (model.init_from), as
  * from_pretrained and then save_pretrained keep them, else the one beside the job's tokenizer
- * (data.tokenizer). Both are recorded in the checkpoint. */
-static zt_status source_config(const char *dir, const char *tag, char *src, size_t cap) {
+ * (data.tokenizer). Both are recorded in the checkpoint; a model directory that no longer has
+ * its config.json goes into res->source_missing. */
+static zt_status source_config(const char *dir, const char *tag, char *src, size_t cap,
+                               zt_hf_export_result *res) {
     char *from = NULL;
     src[0] = '\0';
     ZT_TRY(zt_ckpt_read_hf_source(dir, tag, &from));
     if (from)
         snprintf(src, cap, "%s/config.json", from);
+    if (src[0] && access(src, F_OK) != 0)
+        snprintf(res->source_missing, sizeof res->source_missing, "%s", from);
     free(from);
-    if (src[0] && access(src, F_OK) == 0)
+    if (src[0] && !res->source_missing[0])
         return ZT_OK;
     src[0] = '\0';
     ZT_TRY(zt_ckpt_read_tokenizer(dir, tag, &from));
@@ -266,10 +270,11 @@ static zt_status ids_from_tokenizer_config(const char *dir, const char *tag, cJS
  * neither, config.json stays without them (transformers' defaults). A generation_config.json
  * beside the source config.json comes along, as save_pretrained writes the one from_pretrained
  * read. */
-static zt_status add_token_ids(const char *dir, const char *tag, const char *config_path) {
+static zt_status add_token_ids(const char *dir, const char *tag, const char *config_path,
+                               zt_hf_export_result *res) {
     static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
     char src[4200];
-    ZT_TRY(source_config(dir, tag, src, sizeof src));
+    ZT_TRY(source_config(dir, tag, src, sizeof src, res));
     cJSON *from = NULL, *out = NULL;
     zt_status s = src[0] ? zt_json_load_file(src, &from)
                          : ids_from_tokenizer_config(dir, tag, &from);
@@ -362,7 +367,7 @@ zt_status zt_hf_export(const char *dir, const char *tag, const char *out_dir,
     if (s == ZT_OK) {
         char config[4400];
         snprintf(config, sizeof config, "%s/config.json", tmp);
-        s = add_token_ids(dir, tag, config);
+        s = add_token_ids(dir, tag, config, res);
     }
     if (s == ZT_OK)
         s = copy_tokenizer(dir, tag, tmp, res);

@@ -247,7 +247,8 @@ static zt_status read_all(prep_run *r, const zt_tokenizer_t *t, const prep_files
             const char *doc;
             size_t len;
             bool owned;
-            s = prep_reader_next(&rd, &doc, &len, &owned, &st->bad_lines);
+            s = prep_reader_next(&rd, &doc, &len, &owned, &st->bad_lines,
+                                 &st->empty_documents);
             if (s != ZT_OK || !doc)
                 break;
             s = batch_add(&b, doc, len);

@@ -266,14 +266,18 @@ static int count_members(const cJSON *j, const char *key) {
 }
 
 zt_status prep_reader_next(prep_reader *r, const char **doc, size_t *len, bool *owned,
-                           uint64_t *bad_lines) {
+                           uint64_t *bad_lines, uint64_t *empty_docs) {
     *doc = NULL;
     *len = 0;
     *owned = false;
     if (!r->jsonl && !r->lines) {
-        if (r->done || r->size == 0)
+        if (r->done)
             return ZT_OK;
         r->done = true;
+        if (r->size == 0) {
+            (*empty_docs)++;
+            return ZT_OK;
+        }
         *doc = r->data;
         *len = r->size;
         return ZT_OK;
@@ -325,6 +329,7 @@ zt_status prep_reader_next(prep_reader *r, const char **doc, size_t *len, bool *
         cJSON_Delete(j);
         if (vl == 0) {
             free(copy);
+            (*empty_docs)++;
             continue;
         }
         *doc = copy;

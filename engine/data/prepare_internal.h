@@ -40,8 +40,9 @@ void prep_reader_close(prep_reader *r);
 
 /* The next document: *doc is either inside the file's mapping (*owned false) or a heap string the
  * caller frees (*owned true); *doc NULL when the file has no more. Bad JSONL lines are counted in
- * *bad_lines when skip_bad, else an error "PATH:LINE: ...". Empty documents are skipped. */
+ * *bad_lines when skip_bad, else an error "PATH:LINE: ...". Empty documents (an empty text file,
+ * a JSONL field "") are skipped and counted in *empty_docs; blank lines are skipped. */
 zt_status prep_reader_next(prep_reader *r, const char **doc, size_t *len, bool *owned,
-                           uint64_t *bad_lines);
+                           uint64_t *bad_lines, uint64_t *empty_docs);
 
 #endif

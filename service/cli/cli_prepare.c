@@ -201,6 +201,9 @@ int zt_cli_prepare(int argc, char **argv) {
                "the .mask files are ignored and every token is trained\n");
     if (st.bad_lines)
         printf("skipped %llu bad JSONL lines\n", (unsigned long long)st.bad_lines);
+    if (st.empty_documents)
+        printf("skipped %llu empty documents (empty text files, JSONL fields \"\")\n",
+               (unsigned long long)st.empty_documents);
     if (st.invalid_utf8)
         printf("replaced %llu invalid UTF-8 sequences with U+FFFD\n",
                (unsigned long long)st.invalid_utf8);

@@ -20,6 +20,7 @@
 #include "grpc_client.h"
 #include "api/job_proto.h"
 #include "api/proto_json.h"
+#include "daemon/job_manager.h"
 #include "ztrain/job_overrides.h"
 #include "ztrain/json_util.h"
 #include "ztrain/text.h"
@@ -130,7 +131,7 @@ static int value_flag(options *o, const char *flag, const char *v) {
             return -1;
         o->from_step = n;
     } else if (strcmp(flag, "--grace") == 0) {
-        if (zt_cli_parse_double(flag, v, 0, 1e9, &o->grace_s))
+        if (zt_cli_parse_double(flag, v, 0, ZT_JOBS_MAX_GRACE_S, &o->grace_s))
             return -1;
     }
     return 0;

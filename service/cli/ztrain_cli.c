@@ -967,6 +967,10 @@ static int export_hf(const char *dir, const char *tag, const char *out, const ch
     if (res.tokenizer_missing[0])
         fprintf(stderr, "ztrain: warning: the job's tokenizer %s no longer exists: %s has no "
                 "tokenizer\n", res.tokenizer_missing, out);
+    if (res.source_missing[0])
+        fprintf(stderr, "ztrain: warning: %s, the model directory the job started from, has no "
+                "config.json any more: %s takes its special token ids and generation_config.json "
+                "from beside the job's tokenizer, where there are any\n", res.source_missing, out);
     return 0;
 }
 

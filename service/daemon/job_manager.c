@@ -996,6 +996,10 @@ void zt_jobs_destroy(zt_jobs *jm) {
                 zt_rank_group_terminate(jm->sup, j->group, j->grace_s);
                 zt_jm_set_reason(j, "ztraind is shutting down");
                 zt_jm_set_state(jm, j, ZT_JOB_STOPPING);
+            } else if (j->group) {
+                /* A job cancelled earlier with a longer grace_seconds stops no later than the
+                 * others, so ztraind exits at most --grace from now. */
+                zt_rank_group_kill_within(jm->sup, j->group, jm->cfg.default_grace_s);
             }
         }
         pthread_mutex_unlock(&jm->mu);

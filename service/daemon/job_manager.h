@@ -198,7 +198,8 @@ typedef struct zt_jobs zt_jobs;
  * restarts left go back to QUEUED instead), and starts the supervisor thread. Queued jobs
  * start when capacity allows. */
 zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg);
-/* Stops: every live job is cancelled gracefully (grace: cfg->default_grace_s), then killed; the
+/* Stops: every live job is cancelled gracefully (grace: cfg->default_grace_s), then killed; one
+ * cancelled earlier keeps its grace period only while it ends within that same default grace. The
  * store is closed. Watchers get their final event first. */
 void zt_jobs_destroy(zt_jobs *jm);
 

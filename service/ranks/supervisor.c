@@ -189,6 +189,12 @@ zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec,
     return ZT_OK;
 }
 
+/* Caller holds s->mu. */
+static void kill_no_later(zt_rank_group *g, double at) {
+    if (!g->kill_at || at < g->kill_at)
+        g->kill_at = at;
+}
+
 void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s) {
     double now = zt_sup_now_s();
     pthread_mutex_lock(&s->mu);
@@ -198,12 +204,18 @@ void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s)
         zt_sup_signal_group(g, SIGTERM);
         zt_sup_signal_group(g, SIGCONT);   /* a stopped rank must be able to act on it */
     }
-    double at = now + (grace_s > 0 ? grace_s : 0);
     if (!g->term_at)
         g->term_at = now;
-    if (!g->kill_at || at < g->kill_at)
-        g->kill_at = at;
+    kill_no_later(g, now + (grace_s > 0 ? grace_s : 0));
     g->tearing_down = true;
+    pthread_mutex_unlock(&s->mu);
+    zt_supervisor_wake(s);
+}
+
+void zt_rank_group_kill_within(zt_supervisor *s, zt_rank_group *g, double grace_s) {
+    double now = zt_sup_now_s();
+    pthread_mutex_lock(&s->mu);
+    kill_no_later(g, now + (grace_s > 0 ? grace_s : 0));
     pthread_mutex_unlock(&s->mu);
     zt_supervisor_wake(s);
 }

@@ -121,6 +121,10 @@ zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec,
  * `scancel --signal=TERM`, then `scancel --signal=KILL` (and a pending job is simply
  * cancelled); srun itself is killed only when it has not ended 10 s after that. */
 void zt_rank_group_terminate(zt_supervisor *s, zt_rank_group *g, double grace_s);
+/* Any thread, for a group already terminated: its SIGKILL comes at most grace_s from now (an
+ * earlier one stays). Nothing is signalled now, so ranks stopping with a checkpoint do not take
+ * a second SIGTERM as "die at once" (ztrain/stop_signals.h). */
+void zt_rank_group_kill_within(zt_supervisor *s, zt_rank_group *g, double grace_s);
 void zt_rank_group_kill(zt_supervisor *s, zt_rank_group *g);
 
 #endif

@@ -13,7 +13,10 @@ lists, and the exit statuses getting-started.md documents.
      prints the help, exit 0, as kubectl's does.
   e. `status -o yaml` lists what status takes (json, name), not wide.
   f. `ztrain help` (and the man page made from it) lists every exit status getting-started.md
-     lists, 137 among them."""
+     lists, 137 among them.
+  g. `ztrain cancel --grace` above the day ztraind allows (docs/service.md: at most 86400 s) is
+     refused before any connection, naming --grace and the bound, exit 2 (it was sent, and the
+     server's error named grace_seconds, a field the user never typed)."""
 import gzip
 import os
 import re
@@ -118,6 +121,14 @@ def main():
     listed = set(item.findall(help_all[help_all.index("Exit status:"):]))
     check(documented and documented <= listed,
           f"f: ztrain --help lists the exit statuses {sorted(documented)} (lists {sorted(listed)})")
+    service = open(os.path.join(SRC, "docs", "service.md")).read()
+    day = re.search(r"at most (\d+) s, a\s+day", service).group(1)
+    p = run(ZTRAIN, "--server", "127.0.0.1:1", "cancel", "job-000001", "--grace",
+            str(int(day) + 1))
+    check(p.returncode == 2 and "--grace" in p.stderr and day in p.stderr and
+          "grace_seconds" not in p.stderr,
+          f"g: cancel --grace {int(day) + 1} is refused naming --grace and {day} "
+          f"({p.returncode}: {p.stderr.strip()[:120]})")
     man = os.path.join(BUILD, "packaging", "man", "ztrain.1.gz")
     if os.path.exists(man):
         text = gzip.open(man, "rt").read().replace("\\-", "-")

@@ -11,7 +11,8 @@ line, or counted under --skip-bad-lines; a field given twice, which json.loads r
 last; prompt-completion lines with a second object or a key given twice), a vocabulary too large for uint16 (refused; uint32
 shards chosen by default), an unknown tokenizer model, existing shards — none of which may leave
 a shard or a temporary file behind. A directory prepared into itself twice reads its text, never
-its own shards (skipped in a directory or glob, refused when named).
+its own shards (skipped in a directory or glob, refused when named). Empty documents (a JSONL
+field "", an empty text file) are skipped and counted in the summary.
 
 Run: ZTRAIN_BUILD=<build dir> python3 tests/cli/test_prepare.py
 """
@@ -173,6 +174,18 @@ def main():
               f"--skip-bad-lines: {r.returncode} {r.stdout} {r.stderr}")
         toks = read_shard(shards(bout, "data", "train")[0])[0]
         check(toks == [sep] + tok_gpt2.encode("fine").ids, f"skip-bad-lines tokens {toks}")
+        # Empty documents (a JSONL field "", an empty text file) have no tokens: skipped, and
+        # counted apart from the documents and the bad lines.
+        records = [{"text": "a"}, {"text": ""}, {"text": "b"}, {"text": ""}]
+        ej, et = os.path.join(d, "empties.jsonl"), os.path.join(d, "empty-doc.txt")
+        with open(ej, "w") as f:
+            f.writelines(json.dumps(rec) + "\n" for rec in records)
+        open(et, "w").close()
+        n_empty = sum(rec["text"] == "" for rec in records) + 1
+        r = prepare("--tokenizer", gpt2, "--out", os.path.join(d, "eout"), ej, et)
+        check(r.returncode == 0 and f"prepared {len(records) + 1 - n_empty} documents" in r.stdout
+              and f"skipped {n_empty} empty documents" in r.stdout,
+              f"empty documents counted ({n_empty}): {r.returncode} {r.stdout} {r.stderr}")
         r = prepare("--tokenizer", gpt2, "--out", bout, bad, "--skip-bad-lines")
         check(r.returncode == 1 and "already exists" in r.stderr and "--overwrite" in r.stderr,
               f"existing shards: {r.stderr}")

@@ -8,7 +8,11 @@ model section is only the directory and block_size, with pretokenized data and n
 its export must give the same bos, eos and pad ids (AutoConfig) and the same generation config
 (GenerationConfig.from_pretrained) as transformers' own from_pretrained + save_pretrained of the
 directory. Before the fix the ids were left out (GPT-2's then read as 50256, past a vocabulary of
-101; Qwen2's eos as none) and generation_config.json was not written."""
+101; Qwen2's eos as none) and generation_config.json was not written.
+
+Once the model directory is moved away, export still succeeds but warns on stderr naming that
+directory, since what it kept from it (ids, generation_config.json) is then missing: before, it
+said nothing."""
 import json
 import os
 import sys
@@ -87,5 +91,12 @@ for family in ["gpt2", "qwen2"]:
                   if got_gen.get(k) != v} if got_gen is not None else "no generation_config.json"
         ck.check(got_gen == want_gen, f"{family}: the generation config save_pretrained writes "
                  f"(exported vs it: {differ})")
+        os.rename(f"{d}/hf", f"{d}/hf-moved")
+        p = run([tool("ztrain"), "export", f"{d}/ckpt", "--hf", f"{d}/out-moved"], check=False)
+        warned = [l for l in p.stderr.splitlines() if "warning" in l and f"{d}/hf" in l]
+        ck.check(p.returncode == 0 and warned and
+                 not os.path.exists(f"{d}/out-moved/generation_config.json"),
+                 f"{family}: with the model directory gone, export warns naming it: exit "
+                 f"{p.returncode} {p.stderr.strip()[-300:]!r}")
 
 ck.done()

@@ -11,7 +11,10 @@ worker (--worker), a shell script that traps SIGTERM away and sleeps.
      the rendezvous for rank 1, a stand-in that never joins and exits 130 on SIGTERM as a real
      rank stopped there does. Both exit 130, the checkpoint directory has no `latest`, and the
      reason says the ranks stopped before training began without writing a checkpoint (it said
-     they wrote one)."""
+     they wrote one).
+  d. ztraind --grace 1 stopped with SIGTERM while a job is already being cancelled with
+     grace_seconds 300: ztraind exits soon after (it waited the 300 s: shutdown passed over jobs
+     already cancelling) and no rank is left."""
 import json
 import os
 import re
@@ -170,7 +173,23 @@ def case_c():
     ck.check(not d.sanitizer_errors(), f"c: no sanitizer report from ztraind {d.sanitizer_errors()}")
 
 
+def case_d():
+    top = temp_dir("ztrain-grace-d-")
+    d = Daemon(BUILD, top, grace=1, extra_args=["--worker", stubborn_worker(top)])
+    j = started(d, submit(d, tiny_job(d.data_root, name="stubborn")).id)
+    d.stub().CancelJob(pb.CancelJobRequest(id=j.id, grace_seconds=300), metadata=d.metadata,
+                       timeout=10)
+    t0 = time.monotonic()
+    rc = d.stop(timeout=60)
+    took = time.monotonic() - t0
+    ck.check(rc == 0 and took < 20, f"d: ztraind exits 0 about --grace 1 s after SIGTERM, not "
+             f"after the job's 300 s (rc {rc}, {took:.1f} s)")
+    ck.check(not wait_gone([j.ranks[0].pid], 5), "d: no rank left")
+    ck.check(not d.sanitizer_errors(), f"d: no sanitizer report from ztraind {d.sanitizer_errors()}")
+
+
 case_a()
 case_b()
 case_c()
+case_d()
 ck.done()

@@ -86,6 +86,11 @@ typedef struct {
      * "". */
     int tokenizer_files;
     char tokenizer_missing[4096];
+    /* The Hugging Face model directory the job started from (model.init_from, recorded in the
+     * checkpoint) when it no longer holds a config.json, so its special token ids and its
+     * generation_config.json are not in the export (those beside the tokenizer are, if any);
+     * else "". */
+    char source_missing[4096];
 } zt_hf_export_result;
 
 /* Writes the checkpoint dir/tag (tag NULL: latest) as a Hugging Face directory out_dir:

@@ -5,7 +5,9 @@
  * of directories and globs and refused when named.
  * A file named *.jsonl or *.ndjson holds one JSON object per line whose `field` (default "text")
  * is a document; blank lines are skipped. Any other file is
- * text: the whole file is one document, or each line one when text_lines is set.
+ * text: the whole file is one document, or each line one when text_lines is set (empty lines are
+ * skipped). An empty document (an empty text file, a JSONL field "") is skipped and counted in
+ * zt_prepare_stats.empty_documents: it has no tokens to train on.
  *
  * Documents are encoded with the tokenizer on n_threads threads. Each document is separated from
  * the previous one the way its family does it: when the tokenizer's template puts tokens
@@ -94,6 +96,7 @@ typedef struct {
     uint64_t documents, tokens, bytes;     /* tokens count the separators */
     uint64_t val_documents, val_tokens;
     uint64_t bad_lines;                    /* skipped under skip_bad_lines */
+    uint64_t empty_documents;              /* skipped: empty text files, JSONL fields "" */
     uint64_t invalid_utf8;                 /* sequences replaced by U+FFFD */
     int train_shards, val_shards;
     int32_t vocab_size;
