@@ -1,0 +1,71 @@
+"""data_types.grad_accum_dtype "fp32" in bf16 and fp16 training at ZeRO stages 1-3 (2 ranks):
+the micro-steps' gradients add up in fp32 and are rounded to 16 bits once, as DeepSpeed's
+BF16_Optimizer and ZeRO optimizers add them (docs/deepspeed.md). The reference is the identity
+gradient accumulation rests on: 8 micro-steps of 1 sample give the gradient of one micro-step of
+8 samples (the same 16 samples a step, its fp32 gradients summed in another order). So the
+global gradient norm of the first step, which clipping and the update read, agrees within 1e-6
+relative, where adding the micro-steps in 16 bits (grad_accum_dtype unset) is off by ~1e-4 —
+checked too, so the comparison can tell them apart. Only the first step is compared: the
+update turns a last-bit difference of a gradient near zero (fp32 sums in another order) into
+a visible one, which later steps would read. From stage 2 both runs reduce in
+fp32 (communication_data_type "fp32"): DeepSpeed rounds each micro-step's bucket to the
+communication type, which a single micro-step of 8 samples would not."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
+from ztref import Checker, gpt2_random_params, read_metrics, run, st_write, tool, write_job  # noqa: E402
+
+L, NH, C, V, T = 2, 2, 32, 256, 32
+WORLD, STEPS, LR, FIRST = 2, 1, 3e-3, 1
+
+
+def job(precision, stage, micro, gas, accum):
+    ds = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": gas,
+          "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": 0.0}},
+          "gradient_clipping": 1.0, precision: {"enabled": True},
+          "zero_optimization": {"stage": stage, "reduce_bucket_size": 4000}}
+    if stage >= 2:
+        ds["communication_data_type"] = "fp32"
+    if accum:
+        ds["data_types"] = {"grad_accum_dtype": accum}
+    return {"world_size": WORLD,
+            "model": {"type": "gpt2", "n_layer": L, "n_head": NH, "n_embd": C, "vocab_size": V,
+                      "block_size": T, "init_from": "init.safetensors"},
+            "data": {"train": "train.txt", "shuffle": False},
+            "train": {"max_steps": STEPS, "log_interval": 1}, "deepspeed": ds}
+
+
+def norms(d, name, spec):
+    write_job(f"{d}/{name}.json", spec)
+    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=False)
+    if p.returncode != 0:
+        return p.stderr.strip()[-300:], []
+    recs = read_metrics(f"{d}/{name}/metrics.jsonl")
+    return p.stderr, [r["train/grad_norm"] for r in recs][:FIRST]
+
+
+def worst(a, b):
+    return max(abs(x - y) / y for x, y in zip(a, b)) if len(a) == len(b) == FIRST else float("inf")
+
+
+ck = Checker()
+with tempfile.TemporaryDirectory() as d:
+    with open(f"{d}/train.txt", "wb") as f:
+        f.write(bytes((i * 7 + i // 13) % 251 for i in range(60000)))
+    st_write(f"{d}/init.safetensors", gpt2_random_params(L, C, V, T, seed=9))
+    for precision in ("bf16", "fp16"):
+        for stage in (1, 2, 3):
+            name = f"{precision}-s{stage}"
+            _, one = norms(d, f"{name}-one", job(precision, stage, 8, 1, None))
+            err, acc32 = norms(d, f"{name}-acc32", job(precision, stage, 1, 8, "fp32"))
+            _, acc16 = norms(d, f"{name}-acc16", job(precision, stage, 1, 8, None))
+            ck.check(worst(acc32, one) < 1e-6 and "grad_accum_dtype" not in err,
+                     f"{name}: 8 micro-steps added in fp32 give one 8-sample micro-step's "
+                     f"gradient norms (worst rel {worst(acc32, one):.1e}: {acc32} vs {one}) "
+                     f"{err[-200:]}")
+            ck.check(len(acc16) == FIRST and worst(acc16, one) > 3e-6,
+                     f"{name}: added in {precision} they do not (worst rel "
+                     f"{worst(acc16, one):.1e}), so the check above tells the two apart")
+ck.done()
