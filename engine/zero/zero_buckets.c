@@ -437,8 +437,12 @@ static zt_status round_accumulated(zt_zero *z) {
     size_t n = z->stage >= 2 ? z->part : z->model->n_padded;
     float *sum = z->stage >= 2 ? z->grad_acc : z->model->grads;
     uint16_t *g16 = z->stage >= 2 ? z->gacc16 : z->g16;
+    /* Memory: at stage 1 the sum is the model's fp32 gradients, which the working copy counts
+     * (zt_zero_workspace); from stage 2 it is the slice's own buffer, beside its 16-bit one. */
     if (z->stage < 2) {
         ZT_TRY(zt_zero_commit_f32(z, sum, 0, n));
+        zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+    } else {
         zt_zero_note_max(z, &z->peak.grads_bytes,
                          (double)n * sizeof(float) + zt_zero_resident_u16(z, g16, 0, n));
     }
