@@ -9,19 +9,32 @@ checked too, so the comparison can tell them apart. Only the first step is compa
 update turns a last-bit difference of a gradient near zero (fp32 sums in another order) into
 a visible one, which later steps would read. From stage 2 both runs reduce in
 fp32 (communication_data_type "fp32"): DeepSpeed rounds each micro-step's bucket to the
-communication type, which a single micro-step of 8 samples would not."""
+communication type, which a single micro-step of 8 samples would not. Where the build has the
+emulated CUDA device, bf16 at stages 1 and 2 runs there too (its ops write 16-bit gradients
+unless told otherwise, which fp32 accumulation does; each buffer mapped in 4 KiB granules under ZTRAIN_CUDA_VMM=check, so a write
+into released memory fails the job)."""
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from ztref import Checker, gpt2_random_params, read_metrics, run, st_write, tool, write_job  # noqa: E402
+from ztref import (BUILD, Checker, gpt2_random_params, read_metrics, run, st_write, tool,  # noqa: E402
+                   write_job)
 
 L, NH, C, V, T = 2, 2, 32, 256, 32
 WORLD, STEPS, LR, FIRST = 2, 1, 3e-3, 1
+CUDA_EMU = {"ZTRAIN_CUDA_EMU": "1", "ZTRAIN_CUDA_VMM": "check", "ZTRAIN_CUDA_VMM_MIN_BYTES": "0",
+            "ZTRAIN_CUDA_EMU_VMM_GRANULE": "4096"}
+# The references on CUDA take the fp32 route (ZTRAIN_CUDA_GRADS=f32: fp32 gradients rounded
+# into 16 bits, as on the CPU): with 16-bit gradients the ops round each contribution, and the
+# tied embedding's two. The fp32 accumulation needs no such switch.
+F32_ROUTE = {"ZTRAIN_CUDA_GRADS": "f32"}
+RUNS = [("cpu", p, s) for p in ("bf16", "fp16") for s in (1, 2, 3)]
+if os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+    RUNS += [("cuda", "bf16", 1), ("cuda", "bf16", 2)]
 
 
-def job(precision, stage, micro, gas, accum):
+def job(device, precision, stage, micro, gas, accum):
     ds = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": gas,
           "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": 0.0}},
           "gradient_clipping": 1.0, precision: {"enabled": True},
@@ -30,16 +43,20 @@ def job(precision, stage, micro, gas, accum):
         ds["communication_data_type"] = "fp32"
     if accum:
         ds["data_types"] = {"grad_accum_dtype": accum}
-    return {"world_size": WORLD,
+    return {"world_size": WORLD, "device": device,
             "model": {"type": "gpt2", "n_layer": L, "n_head": NH, "n_embd": C, "vocab_size": V,
                       "block_size": T, "init_from": "init.safetensors"},
             "data": {"train": "train.txt", "shuffle": False},
             "train": {"max_steps": STEPS, "log_interval": 1}, "deepspeed": ds}
 
 
-def norms(d, name, spec):
+def norms(d, name, spec, cuda_env=None):
     write_job(f"{d}/{name}.json", spec)
-    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=False)
+    env = dict(os.environ)
+    if spec["device"] == "cuda":
+        env.update(CUDA_EMU, **(cuda_env or {}))
+    p = run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], check=False,
+            env=env)
     if p.returncode != 0:
         return p.stderr.strip()[-300:], []
     recs = read_metrics(f"{d}/{name}/metrics.jsonl")
@@ -55,17 +72,16 @@ with tempfile.TemporaryDirectory() as d:
     with open(f"{d}/train.txt", "wb") as f:
         f.write(bytes((i * 7 + i // 13) % 251 for i in range(60000)))
     st_write(f"{d}/init.safetensors", gpt2_random_params(L, C, V, T, seed=9))
-    for precision in ("bf16", "fp16"):
-        for stage in (1, 2, 3):
-            name = f"{precision}-s{stage}"
-            _, one = norms(d, f"{name}-one", job(precision, stage, 8, 1, None))
-            err, acc32 = norms(d, f"{name}-acc32", job(precision, stage, 1, 8, "fp32"))
-            _, acc16 = norms(d, f"{name}-acc16", job(precision, stage, 1, 8, None))
-            ck.check(worst(acc32, one) < 1e-6 and "grad_accum_dtype" not in err,
-                     f"{name}: 8 micro-steps added in fp32 give one 8-sample micro-step's "
-                     f"gradient norms (worst rel {worst(acc32, one):.1e}: {acc32} vs {one}) "
-                     f"{err[-200:]}")
-            ck.check(len(acc16) == FIRST and worst(acc16, one) > 3e-6,
-                     f"{name}: added in {precision} they do not (worst rel "
-                     f"{worst(acc16, one):.1e}), so the check above tells the two apart")
+    for device, precision, stage in RUNS:
+        name = f"{device}-{precision}-s{stage}"
+        _, one = norms(d, f"{name}-one", job(device, precision, stage, 8, 1, None), F32_ROUTE)
+        err, acc32 = norms(d, f"{name}-acc32", job(device, precision, stage, 1, 8, "fp32"))
+        _, acc16 = norms(d, f"{name}-acc16", job(device, precision, stage, 1, 8, None), F32_ROUTE)
+        ck.check(worst(acc32, one) < 1e-6 and "grad_accum_dtype" not in err,
+                 f"{name}: 8 micro-steps added in fp32 give one 8-sample micro-step's "
+                 f"gradient norms (worst rel {worst(acc32, one):.1e}: {acc32} vs {one}) "
+                 f"{err[-200:]}")
+        ck.check(len(acc16) == FIRST and worst(acc16, one) > 3e-6,
+                 f"{name}: added in {precision} they do not (worst rel "
+                 f"{worst(acc16, one):.1e}), so the check above tells the two apart")
 ck.done()
