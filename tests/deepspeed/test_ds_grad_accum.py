@@ -10,7 +10,8 @@ than the accumulation type moves the losses. tests/dist/test_grad_accum_fp32.py 
 
 The setup is test_deepspeed_sft.py's (transformers 5's LlamaForCausalLM, two gloo ranks, the
 loss transformers' Trainer hands DeepSpeed, torch.optim.AdamW as the client optimizer, packed
-documents as sequences of their own; its data and model) with bf16 on, one sample a micro-step and 4 micro-steps.
+documents as sequences of their own; its data and model) with bf16 on, one sample a micro-step
+and 4 micro-steps.
 
 Run: make test-deepspeed, or ZTRAIN_BUILD=<build dir> python3 tests/deepspeed/test_ds_grad_accum.py
 """

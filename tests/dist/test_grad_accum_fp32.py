@@ -1,25 +1,25 @@
-"""data_types.grad_accum_dtype "fp32" in bf16 and fp16 training at ZeRO stages 1-3 (2 ranks):
-the micro-steps' gradients add up in fp32 and are rounded to 16 bits once, as DeepSpeed's
+"""data_types.grad_accum_dtype "fp32" in bf16 and fp16 training at ZeRO stages 1-3 (2 ranks): the
+micro-steps' gradients add up in fp32 and are rounded to 16 bits once, as DeepSpeed's
 BF16_Optimizer and ZeRO optimizers add them (docs/deepspeed.md). The reference is the identity
 gradient accumulation rests on: 8 micro-steps of 1 sample give the gradient of one micro-step of
 8 samples (the same 16 samples a step, its fp32 gradients summed in another order). So the
 global gradient norm of the first step, which clipping and the update read, agrees within 1e-6
 relative, where adding the micro-steps in 16 bits (grad_accum_dtype unset) is off by ~1e-4 —
-checked too, so the comparison can tell them apart. Only the first step is compared: the
-update turns a last-bit difference of a gradient near zero (fp32 sums in another order) into
-a visible one, which later steps would read. From stage 2 both runs reduce in
-fp32 (communication_data_type "fp32"): DeepSpeed rounds each micro-step's bucket to the
-communication type, which a single micro-step of 8 samples would not. Where the build has the
-emulated CUDA device, bf16 at stages 1 and 2 runs there too (its ops write 16-bit gradients
-unless told otherwise, which fp32 accumulation does; each buffer mapped in 4 KiB granules under ZTRAIN_CUDA_VMM=check, so a write
-into released memory fails the job)."""
+checked too, so the comparison can tell them apart. Only the first step is compared: the update
+turns a last-bit difference of a gradient near zero (fp32 sums in another order) into a visible
+one, which later steps would read. From stage 2 both runs reduce in fp32
+(communication_data_type "fp32"): DeepSpeed rounds each micro-step's bucket to the communication
+type, which a single micro-step of 8 samples would not. Where the build has the emulated CUDA
+device, bf16 at stages 1 and 2 runs there too (its ops write 16-bit gradients unless told
+otherwise, which fp32 accumulation does; each buffer mapped in 4 KiB granules under
+ZTRAIN_CUDA_VMM=check, so a write into released memory fails the job)."""
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
-from ztref import (BUILD, Checker, gpt2_random_params, read_metrics, run, st_write, tool,  # noqa: E402
-                   write_job)
+from ztref import (BUILD, Checker, gpt2_random_params, read_metrics, run,  # noqa: E402
+                   st_write, tool, write_job)
 
 L, NH, C, V, T = 2, 2, 32, 256, 32
 WORLD, STEPS, LR, FIRST = 2, 1, 3e-3, 1
