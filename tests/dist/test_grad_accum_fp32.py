@@ -12,7 +12,11 @@ one, which later steps would read. From stage 2 both runs reduce in fp32
 type, which a single micro-step of 8 samples would not. Where the build has the emulated CUDA
 device, bf16 at stages 1 and 2 runs there too (its ops write 16-bit gradients unless told
 otherwise, which fp32 accumulation does; each buffer mapped in 4 KiB granules under
-ZTRAIN_CUDA_VMM=check, so a write into released memory fails the job)."""
+ZTRAIN_CUDA_VMM=check, so a write into released memory fails the job), and admission's device
+estimate (`ztrain estimate --json`, device_bytes) of a larger bf16 GPT-2 with fp32 accumulation
+at stages 1 and 2 must cover the device peak measured there (memory/rank<r>/device_peak_bytes)
+and exceed it by under 10%: the fp32 sum is 4 more bytes a parameter (of the slice)."""
+import json
 import os
 import sys
 import tempfile
@@ -84,4 +88,26 @@ with tempfile.TemporaryDirectory() as d:
         ck.check(len(acc16) == FIRST and worst(acc16, one) > 3e-6,
                  f"{name}: added in {precision} they do not (worst rel "
                  f"{worst(acc16, one):.1e}), so the check above tells the two apart")
+    if os.path.exists(os.path.join(BUILD, "libztrain_cuda_emu.so")):
+        with open(f"{d}/big.txt", "wb") as f:
+            f.write(bytes((i * 3 + i // 7) % 256 for i in range(60000)))
+        for stage in (1, 2):
+            spec = job("cuda", "bf16", stage, 2, 1, "fp32")
+            spec["model"] = {"type": "gpt2", "n_layer": 8, "n_head": 3, "n_embd": 384,
+                             "vocab_size": 768, "block_size": 32}
+            spec["data"]["train"] = "big.txt"
+            spec["train"]["max_steps"] = 2
+            spec["deepspeed"]["zero_optimization"]["reduce_bucket_size"] = 500000
+            name = f"estimate-s{stage}"
+            write_job(f"{d}/{name}.json", spec)
+            env = dict(os.environ, ZTRAIN_CUDA_EMU="1")
+            est = json.loads(run([tool("ztrain"), "estimate", "--json", f"{d}/{name}.json"],
+                                 env=env).stdout)["device_bytes"]
+            run([tool("ztrain"), "run", f"{d}/{name}.json", "--out", f"{d}/{name}"], env=env)
+            rec = read_metrics(f"{d}/{name}/metrics.jsonl")[-1]
+            for r in range(WORLD):
+                peak = rec[f"memory/rank{r}/device_peak_bytes"]
+                ck.check(peak <= est <= 1.1 * peak,
+                         f"bf16 stage {stage}, fp32 accumulation, rank {r}: device peak "
+                         f"{peak / 1e6:.1f} MB, estimated {est / 1e6:.1f} MB")
 ck.done()
