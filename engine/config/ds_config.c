@@ -281,6 +281,17 @@ zt_dtype zt_ds_comm_dtype(const zt_ds_config *cfg) {
     return zt_ds_train_dtype(cfg);
 }
 
+zt_dtype zt_ds_grad_accum_dtype(const zt_ds_config *cfg) {
+    const char *a = cfg->grad_accum_dtype; /* "" or canonical (parse_top) */
+    if (strcmp(a, "fp32") == 0)
+        return ZT_F32;
+    if (strcmp(a, "bf16") == 0)
+        return ZT_BF16;
+    if (strcmp(a, "fp16") == 0)
+        return ZT_F16;
+    return zt_ds_train_dtype(cfg);
+}
+
 /* data_types.keep_in_fp32_modules: the buffers DeepSpeed keeps in fp32 under 16-bit training,
  * "auto" (the model's own transformers lists) or a list of name patterns; anything else (null
  * too) DeepSpeedConfig refuses. Every value is honoured as it stands: ztrain's models have no
@@ -403,7 +414,9 @@ static zt_status parse_top(zt_ds_config *cfg, const zt_json_obj *top, batch_keys
         ZT_TRY(zt_json_get_string(&dt, *k, &v, NULL));
         if (v && !dtype_canonical(v))
             return zt_json_key_error(ZT_ERR_INVALID, &dt, *k,
-                                     "must be \"fp32\", \"fp16\" or \"bf16\", got \"%s\"", v);
+                                     "must be \"fp32\", \"fp16\" or \"bf16\", got \"%s\"", v);        if (v && strcmp(*k, "grad_accum_dtype") == 0)
+            snprintf(cfg->grad_accum_dtype, sizeof cfg->grad_accum_dtype, "%s",
+                     dtype_canonical(v));
     }
     return ZT_OK;
 }
@@ -615,27 +628,41 @@ static void ds_config_warn_without_effect(const zt_ds_config *cfg, const zt_json
         zt_ds_warn(src, "zero_optimization.offload_param.buffer_count has no effect with "
                    "offload_optimizer on NVMe: the update streams the parameters through "
                    "offload_optimizer.buffer_count buffers");
-    /* The update reads 16-bit gradients in bf16/fp16 training (docs/deepspeed.md), which
-     * DeepSpeed's fp32 accumulation would not: said rather than ignored. */
-    zt_json_obj dt;
-    const char *accum = NULL;
-    zt_json_child(top, "data_types", &dt);
-    zt_json_get_string(&dt, "grad_accum_dtype", &accum, NULL);
-    const char *accum_type = accum ? dtype_canonical(accum) : NULL;
-    if (mixed && accum_type && strcmp(accum_type, "fp32") == 0)
-        zt_ds_warn(src, "data_types.grad_accum_dtype \"%s\" has no effect in %s training: ztrain "
-                   "accumulates the gradients the update reads in %s", accum,
-                   cfg->bf16.enabled ? "bf16" : "fp16", cfg->bf16.enabled ? "bf16" : "fp16");
     if (!mixed && cfg->communication_data_type[0] && strcmp(cfg->communication_data_type, "fp32"))
         zt_ds_warn(src, "communication_data_type \"%s\" has no effect in fp32 training: ztrain "
                    "communicates fp32 gradients in fp32", cfg->communication_data_type);
+}
+
+static const char *dtype_short_name(zt_dtype t) {
+    return t == ZT_BF16 ? "bf16" : t == ZT_F16 ? "fp16" : "fp32";
+}
+
+static const char *torch_dtype_name(zt_dtype t) {
+    return t == ZT_BF16 ? "torch.bfloat16" : t == ZT_F16 ? "torch.float16" : "torch.float32";
+}
+
+/* data_types.grad_accum_dtype as DeepSpeed's _do_optimizer_sanity_check takes it: the training
+ * type (its default) always; another type without ZeRO is its NotImplementedError; with ZeRO,
+ * fp32 under bf16/fp16 adds the micro-steps up in fp32 (zero.h, accum32). */
+static zt_status check_grad_accum_dtype(const zt_ds_config *cfg, const zt_json_obj *top) {
+    zt_dtype model = zt_ds_train_dtype(cfg), accum = zt_ds_grad_accum_dtype(cfg);
+    if (accum == model || (cfg->zero.stage > 0 && model != ZT_F32 && accum == ZT_F32))
+        return ZT_OK;
+    if (cfg->zero.stage == 0)
+        return zt_error(ZT_ERR_INVALID, "%s: data_types.grad_accum_dtype \"%s\" with %s training "
+                        "needs ZeRO stage 1-3 (DeepSpeed: unsupported mix of model_dtype=%s and "
+                        "grad_accum_dtype=%s)", top->source, cfg->grad_accum_dtype,
+                        dtype_short_name(model), torch_dtype_name(model), torch_dtype_name(accum));
+    return zt_error(ZT_ERR_UNSUPPORTED, "%s: data_types.grad_accum_dtype \"%s\" with %s training "
+                    "is not supported yet (gradients add up in fp32 or in the training type)",
+                    top->source, cfg->grad_accum_dtype, dtype_short_name(model));
 }
 
 /* Valid DeepSpeed options that this build does not run yet (gradient_allreduce_op "sum", 16-bit
  * data_types): they are parsed and validated like the rest, then refused here, in one place.
  * Everything else in the config has been validated by now; the issue that implements one of
  * these deletes its lines here. */
-static zt_status ds_config_check_implemented(const zt_json_obj *top) {
+static zt_status ds_config_check_implemented(const zt_ds_config *cfg, const zt_json_obj *top) {
     const char *src = top->source;
     const char *op = NULL;
     zt_json_get_string(top, "gradient_allreduce_op", &op, NULL);
@@ -644,7 +671,8 @@ static zt_status ds_config_check_implemented(const zt_json_obj *top) {
                         "(this build averages gradients)", src);
     zt_json_obj dt;
     zt_json_child(top, "data_types", &dt);
-    static const char *const dt_keys[] = {"grad_accum_dtype", "param_dtype", "buffer_dtype", NULL};
+    ZT_TRY(check_grad_accum_dtype(cfg, top));
+    static const char *const dt_keys[] = {"param_dtype", "buffer_dtype", NULL};
     for (const char *const *k = dt_keys; *k; k++) {
         const char *v = NULL;
         zt_json_get_string(&dt, *k, &v, NULL);
@@ -718,7 +746,7 @@ static zt_status parse_tree(zt_ds_config *cfg, const cJSON *root, const char *so
     ZT_TRY(zt_ds_parse_monitor(cfg, &top));
     ZT_TRY(parse_activation_checkpointing(cfg, &top));
     ZT_TRY(ds_config_check_features(cfg, &top));
-    ZT_TRY(ds_config_check_implemented(&top));
+    ZT_TRY(ds_config_check_implemented(cfg, &top));
     ds_config_warn_without_effect(cfg, &top);
     return zt_ds_apply_fates(cfg, &top);
 }

@@ -45,8 +45,9 @@ static const zt_ds_key rows[] = {
     {"gradient_allreduce_op", HAND | H, 0, "\"mean\"", "\"mean\" honoured; \"sum\" refused"},
     {"data_types", SEC | H, 0, NULL, "fp32 honoured; 16-bit types refused"},
     {"data_types.grad_accum_dtype", HAND | H, 0, NULL,
-     "fp32 honoured in fp32 training; with bf16/fp16 warned (the gradients stay 16-bit); "
-     "16-bit refused"},
+     "the training type honoured; fp32 with bf16/fp16 honoured at ZeRO stages 1-3 (the "
+     "micro-steps add up in fp32), refused at stage 0 as DeepSpeed refuses it; other mixes "
+     "refused"},
     {"data_types.param_dtype", HAND | H, 0, NULL, "fp32 honoured; 16-bit refused"},
     {"data_types.buffer_dtype", HAND | H, 0, NULL, "fp32 honoured; 16-bit refused"},
     {"data_types.keep_in_fp32_modules", HAND | H, 0, "\"auto\"",

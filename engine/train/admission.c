@@ -170,6 +170,11 @@ zt_status zt_memory_estimate_job(const zt_job_spec *job, const char *source,
     const uint64_t state_n = stage == 0 ? padded : part;
     out->param_bytes = params_in_file ? 0 : zt_u64_mul(P, stage == 3 ? part : padded, &ov);
     out->grad_bytes = zt_u64_mul(P, stage >= 2 ? part : padded, &ov);
+    /* grad_accum_dtype "fp32" in mixed precision: the micro-steps add up in an fp32 copy beside
+     * the 16-bit gradients (zero.h, accum32). */
+    if (half && zt_ds_grad_accum_dtype(ds) == ZT_F32)
+        out->grad_bytes = zt_u64_add(out->grad_bytes,
+                                     zt_u64_mul(4, stage >= 2 ? part : padded, &ov), &ov);
     if (z->offload_optimizer.device == ZT_OFFLOAD_NONE)
         out->optimizer_bytes = zt_u64_mul(zt_u64_mul(state_n, state_elem, &ov), (uint64_t)streams,
                                           &ov);

@@ -103,7 +103,11 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         /* The ops write 16-bit gradients (backend.h, writes_grad16), from stage 2 into a
          * reserved buffer held per bucket, where they are reduced in their own type. */
         const uint64_t g16 = zt_u64_mul(2, padded, ov);
-        const bool grads16 = stage < 2 || zt_ds_comm_dtype(ds) == zt_ds_train_dtype(ds);
+        /* grad_accum_dtype "fp32": fp32 gradients (zero.h, accum32), summed whole at stage 1,
+         * into an fp32 slice from stage 2. */
+        const bool accum32 = zt_ds_grad_accum_dtype(ds) == ZT_F32;
+        const bool grads16 =
+            !accum32 && (stage < 2 || zt_ds_comm_dtype(ds) == zt_ds_train_dtype(ds));
         out->param_bytes =
             stage == 3 && N > 1
                 ? min_u64(p16, zt_u64_add(held(zt_u64_mul(2, part, ov), ov),
@@ -122,6 +126,9 @@ static void model_state(const zt_job_spec *job, const zt_model_estimate *m, uint
         if (stage >= 2 && grads16)
             out->grad_bytes = zt_u64_add(
                 out->grad_bytes, held_in_use(min_u64(grads_live, padded), 2, 3, g16, ov), ov);
+        if (accum32)
+            out->grad_bytes = zt_u64_add(
+                out->grad_bytes, held(zt_u64_mul(4, stage >= 2 ? part : padded, ov), ov), ov);
         /* The fp32 parameters, given back once rounded: none of a large buffer, all of a small
          * one. */
         step_fp32 = held_in_use(0, 4, 0, f32, ov);

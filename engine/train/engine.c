@@ -187,7 +187,8 @@ zt_status zt_engine_create(zt_engine **out, const zt_ds_config *ds, const zt_mod
                          (size_t)ds->zero.reduce_bucket_size,
                          (size_t)ds->zero.stage3_param_persistence_threshold,
                          overlap, (size_t)ds->zero.stage3_prefetch_bucket_size,
-                         e->dtype, zt_ds_comm_dtype(ds), offload_optimizer);
+                         e->dtype, zt_ds_comm_dtype(ds), zt_ds_grad_accum_dtype(ds),
+                         offload_optimizer);
     e->zero.job_rank = opts->job_rank;
     if (s == ZT_OK && opts->stage)
         zt_zero_set_pipeline(&e->zero, opts->stage_comm);

@@ -142,7 +142,8 @@ static zt_status init_half(zt_zero *z) {
     /* The backward's 16-bit gradients: whole below stage 2; from stage 2, where the ops write
      * them (grads16 below), reserved and held a bucket at a time until reduced, as the fp32
      * ones are otherwise. */
-    z->grads16 = z->be->writes_grad16 && (z->stage < 2 || z->comm_dtype == z->dtype);
+    z->grads16 = z->be->writes_grad16 && !z->accum32 &&
+                 (z->stage < 2 || z->comm_dtype == z->dtype);
     if (z->stage < 2)
         z->g16 = alloc_device(z, p16_bytes(z));
     else if (z->grads16)
@@ -190,7 +191,8 @@ zt_status zt_zero_use_states16(zt_zero *z, const zt_optimizer *o) {
 
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
-                       zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded) {
+                       zt_dtype dtype, zt_dtype comm_dtype, zt_dtype accum_dtype,
+                       bool masters_offloaded) {
     memset(z, 0, sizeof *z);
     z->stage = stage;
     z->masters_offloaded = masters_offloaded;
@@ -211,6 +213,8 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
     z->half = dtype != ZT_F32;
     z->dtype = dtype;
     z->comm_dtype = comm_dtype;
+    ZT_ASSERT(accum_dtype == dtype || (z->half && accum_dtype == ZT_F32 && stage > 0));
+    z->accum32 = z->half && accum_dtype == ZT_F32;
     z->persistent = calloc((size_t)m->n_tensors, sizeof *z->persistent);
     if (!z->persistent)
         return zt_error(ZT_ERR_NOMEM, "zero: out of memory");
@@ -222,12 +226,12 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
      * the backward writes: stages 2 and 3 let each bucket go once reduced, mixed precision each
      * layer once added into its 16-bit gradients, and the backward commits a layer before
      * writing it (zt_zero_hook_fetch); where the ops write 16-bit gradients (grads16) they are
-     * never held, and from stage 2 the 16-bit buffer is held and let go that way instead. Stages 0-1 in fp32 hold them whole (the all-reduce and
+     * never held, and from stage 2 the 16-bit buffer is held and let go that way instead. Stages 0-1 in fp32 (stage 1 with accum32 too) hold them whole (the all-reduce and
      * the step read them whole). The fp32 parameters that a step holds only per layer (mixed
      * precision, once rounded; stage 3, outside the slice) go before the partition's own
      * buffers are allocated, so that on a device that maps memory they take its granules
      * instead of new ones. */
-    if (stage < 2 && !z->half)
+    if (stage < 2 && (!z->half || z->accum32))
         ZT_TRY(zt_zero_commit_f32(z, m->grads, 0, m->n_padded));
     if (z->half)
         ZT_TRY(init_half(z));
@@ -235,7 +239,7 @@ zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t
         ZT_TRY(zt_zero_init_kept(z));
         zt_zero_release_gathered(z);
     }
-    if (!z->half && stage >= 2 && !(z->grad_acc = alloc_device_taken(z, grad_acc_bytes(z))))
+    if ((!z->half || z->accum32) && stage >= 2 && !(z->grad_acc = alloc_device_taken(z, grad_acc_bytes(z))))
         return zt_error(ZT_ERR_NOMEM, "zero: cannot allocate the gradient partition on %s",
                         z->be->name);
     z->prefetched = calloc((size_t)m->n_layer + 1, sizeof *z->prefetched);

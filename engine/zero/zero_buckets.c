@@ -117,7 +117,7 @@ zt_status zt_zero_reduce_range(zt_zero *z, size_t lo, size_t hi) {
         if (z->half && a < b && z->comm_dtype != ZT_F32)
             op->round_to(x, g + a, b - a, z->comm_dtype);
     }
-    if (z->half) {
+    if (z->half && !z->accum32) {
         if (a < b)
             op->accumulate_half(x, z->gacc16 + (a - z->own_lo), g + a, b - a, z->dtype);
     } else if (a < b) {
@@ -133,10 +133,11 @@ void zt_zero_hook_grads_ready(void *ctx, int layer) {
     if (z->half && z->stage < 2) {
         /* The layer's fp32 gradients go into the 16-bit gradient buffer (rounded to nearest even,
          * accumulating over micro-steps) and the fp32 copy is let go; where the backward wrote
-         * the 16-bit gradients itself there is nothing to add. */
+         * the 16-bit gradients itself, or they add up in fp32 (accum32), there is nothing to
+         * add. */
         const zt_zero_segment *sg = zt_zero_segment_of(z, layer);
         zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
-        if (z->grads16)
+        if (z->grads16 || z->accum32)
             return;
         for (int i = 0; i < sg->n; i++) {
             size_t lo = sg->off[i], hi = lo + sg->len[i];
@@ -428,9 +429,33 @@ static void poison(zt_zero *z) {
     }
 }
 
+/* accum32: the micro-steps' fp32 sum rounded into the 16-bit gradients once (they were zeroed
+ * after the last step) and the fp32 sum zeroed for the next step's micro-steps. At stage 1 the
+ * sum is the model's gradients, which a reduction through fp32 (half_collective) lets go of
+ * after use and the backward commits again only where it writes: committed whole first. */
+static zt_status round_accumulated(zt_zero *z) {
+    size_t n = z->stage >= 2 ? z->part : z->model->n_padded;
+    float *sum = z->stage >= 2 ? z->grad_acc : z->model->grads;
+    uint16_t *g16 = z->stage >= 2 ? z->gacc16 : z->g16;
+    /* Memory: at stage 1 the sum is the model's fp32 gradients, which the working copy counts
+     * (zt_zero_workspace); from stage 2 it is the slice's own buffer, beside its 16-bit one. */
+    if (z->stage < 2) {
+        ZT_TRY(zt_zero_commit_f32(z, sum, 0, n));
+        zt_zero_note_max(z, &z->peak.workspace_bytes, zt_zero_workspace(z));
+    } else {
+        zt_zero_note_max(z, &z->peak.grads_bytes,
+                         (double)n * sizeof(float) + zt_zero_resident_u16(z, g16, 0, n));
+    }
+    z->be->ops->to_half(&z->ctx, g16, sum, n, z->dtype);
+    zt_backend_zero(z->be, sum, n * sizeof(float), ZT_STREAM_COMPUTE);
+    return ZT_OK;
+}
+
 zt_status zt_zero_reduce_gradients_half(zt_zero *z, uint16_t **g, size_t *count) {
     zt_zero_drain(z);
     ZT_TRY(zt_zero_first_error(z));
+    if (z->accum32)
+        ZT_TRY(round_accumulated(z));
     poison(z);
     if (z->stage < 2)
         zt_zero_note_max(z, &z->peak.grads_bytes,

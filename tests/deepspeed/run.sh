@@ -18,7 +18,8 @@ shift
 # first, so that the last to start are short.
 SUITES=(test_ds_config_accept:2 test_deepspeed_sft:1 test_torchrun_cli:- test_hf5_configs:2
         test_ds_schedule_parity:1 test_ds_removed_keys:1 test_client_batch_rule:-
-        test_ds_null_parity:1 test_ds_batch_auto:1 test_ds_scaler_parity:1 test_ds_effective_config:1 test_hf5_warmup:1 test_hf5_tokenizer_class:-)
+        test_ds_grad_accum:1 test_ds_null_parity:1 test_ds_batch_auto:1 test_ds_scaler_parity:1
+        test_ds_effective_config:1 test_hf5_warmup:1 test_hf5_tokenizer_class:-)
 declare -A THREADS
 for entry in "${SUITES[@]}"; do
   THREADS[${entry%:*}]=${entry#*:}

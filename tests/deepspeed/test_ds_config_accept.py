@@ -187,6 +187,17 @@ CASES = [
      "keep_in_fp32_modules", "config", False),
     ("keep_in_fp32_modules [1]", dict(BASE, data_types={"keep_in_fp32_modules": [1]}),
      "keep_in_fp32_modules", "config", False),
+    # data_types.grad_accum_dtype against the training type and the ZeRO stage
+    # (_do_optimizer_sanity_check): the training type always; fp32 under bf16/fp16 with ZeRO; any
+    # other mix without ZeRO is NotImplementedError. bf16 under fp16 (and the reverse) DeepSpeed
+    # runs at stages 1-3; ztrain refuses it on purpose.
+    *[(f"grad_accum_dtype {a} in {p} at stage {z}",
+       opt("AdamW", dict({p: {"enabled": True}} if p != "fp32" else {},
+                         zero_optimization={"stage": z}, data_types={"grad_accum_dtype": a})),
+       "grad_accum_dtype", "init", (p, a) == ("bf16", "fp16"))
+      for p, a, z in [("bf16", "fp32", 0), ("bf16", "fp32", 1), ("bf16", "fp32", 2),
+                      ("bf16", "fp32", 3), ("bf16", "bf16", 0), ("bf16", "bf16", 2),
+                      ("bf16", "fp16", 1), ("fp32", "bf16", 0), ("fp32", "fp32", 0)]],
 ]
 
 # Switches: what DeepSpeed makes of a value (an expression over its DeepSpeedConfig `c`, tested
@@ -236,8 +247,9 @@ for name, cfg, how in cases:
             m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
             eng, _, _, _ = deepspeed.initialize(model=m, model_parameters=m.parameters(),
                                                 config=cfg)
+            dtype = next(eng.module.parameters()).dtype
             for _ in range(2):
-                eng.backward(eng(torch.randn(2, 4)).sum())
+                eng.backward(eng(torch.randn(2, 4, dtype=dtype)).sum())
                 eng.step()
         out[name] = "OK"
     except Exception as e:

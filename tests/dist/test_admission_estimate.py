@@ -1,6 +1,7 @@
 """Admission's memory estimate (`ztrain estimate --json`) against what real runs measure.
 
-For each run, fp32 ZeRO stages 0-3 on two ranks, bf16 at stages 1 and 3, optimizer offload to
+For each run, fp32 ZeRO stages 0-3 on two ranks, bf16 at stages 1 and 3 (and at 1 and 2 with
+fp32 gradient accumulation, data_types.grad_accum_dtype), optimizer offload to
 "cpu" at stage 2 and to NVMe (with the parameters) at stage 3, and one rank with larger
 micro-batches and a larger model, and with tensor parallelism (dp 2 x tp 2 at stages 1 and 3,
 tp 4 in bf16 at stage 2: a shard's state, partitioned over world / tp ranks), every rank's
@@ -29,13 +30,16 @@ with tempfile.TemporaryDirectory(prefix="ztrain-estimate-") as d:
         f.write(bytes((i * 3 + i // 7) % 256 for i in range(60000)))
     nvme = {"device": "nvme", "nvme_path": d}
     runs = [
-        # name, world, stage, micro-batch, precision, extra zero keys, (L, C, T)
+        # name, world, stage, micro-batch, precision (/ data_types.grad_accum_dtype), extra zero
+        # keys, (L, C, T)
         ("fp32 stage 0", 2, 0, 1, None, {}, (4, 128, 64)),
         ("fp32 stage 1", 2, 1, 1, None, {}, (4, 128, 64)),
         ("fp32 stage 2", 2, 2, 1, None, {}, (4, 128, 64)),
         ("fp32 stage 3", 2, 3, 1, None, {}, (4, 128, 64)),
         ("bf16 stage 1", 2, 1, 1, "bf16", {}, (4, 128, 64)),
         ("bf16 stage 3", 2, 3, 1, "bf16", {}, (4, 128, 64)),
+        ("bf16 stage 1, fp32 accumulation", 2, 1, 1, "bf16/fp32", {}, (4, 128, 64)),
+        ("bf16 stage 2, fp32 accumulation", 2, 2, 1, "bf16/fp32", {}, (4, 128, 64)),
         ("cpu offload, stage 2", 2, 2, 1, None, {"offload_optimizer": {"device": "cpu"}},
          (4, 128, 64)),
         ("NVMe offload, stage 3", 2, 3, 1, None,
@@ -52,7 +56,10 @@ with tempfile.TemporaryDirectory(prefix="ztrain-estimate-") as d:
         ds = {"train_micro_batch_size_per_gpu": mb,
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": z}
         if precision:
+            precision, *accum = precision.split("/")
             ds[precision] = {"enabled": True}
+            if accum:
+                ds["data_types"] = {"grad_accum_dtype": accum[0]}
         if tp:
             ds["tensor_parallel"] = {"autotp_size": tp[0]}
         job = f"{d}/job{i}.json"

@@ -1157,15 +1157,32 @@ static void test_gates(void) {
     OK("{" B "\"zero_optimization\": {\"stage\": 2, \"sub_group_size\": 4096}}", 1, &c);
     CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: zero_optimization.sub_group_size has no "
                  "effect without offload_optimizer or offload_param\n") == 0, "%s", c.warnings);
-    /* fp32 gradient accumulation is what fp32 training does; in bf16/fp16 training the update
-     * reads 16-bit gradients, so the key is warned there rather than ignored. */
+    /* data_types.grad_accum_dtype as DeepSpeed's _do_optimizer_sanity_check takes it (engine.py):
+     * the training type always (its default); fp32 under bf16/fp16 with ZeRO, added up in fp32
+     * without a warning; without ZeRO any other mix is its NotImplementedError, refused by name. */
     OK("{" B "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", 1, &c);
-    CHECK(strcmp(c.warnings, "") == 0, "%s", c.warnings);
-    OK("{" B "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": \"float32\"}}",
+    CHECK(strcmp(c.warnings, "") == 0 && zt_ds_grad_accum_dtype(&c) == ZT_F32, "%s", c.warnings);
+    OK("{" B "\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, "
+       "\"data_types\": {\"grad_accum_dtype\": \"float32\"}}", 1, &c);
+    CHECK(strcmp(c.warnings, "") == 0 && zt_ds_grad_accum_dtype(&c) == ZT_F32, "%s", c.warnings);
+    OK("{" B "\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}, "
+       "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}", 1, &c);
+    CHECK(zt_ds_grad_accum_dtype(&c) == ZT_F32);
+    OK("{" B "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": \"bf16\"}}",
        1, &c);
-    CHECK(strcmp(c.warnings, "ztrain: warning: ds.json: data_types.grad_accum_dtype \"float32\" has "
-                 "no effect in bf16 training: ztrain accumulates the gradients the update reads "
-                 "in bf16\n") == 0, "%s", c.warnings);
+    CHECK(zt_ds_grad_accum_dtype(&c) == ZT_BF16);
+    OK("{" B "\"fp16\": {\"enabled\": true}}", 1, &c);
+    CHECK(zt_ds_grad_accum_dtype(&c) == ZT_F16);
+    ERR_PREFIX("{" B "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+               "\"fp32\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: data_types.grad_accum_dtype \"fp32\" with bf16 training needs ZeRO stage "
+               "1-3 (DeepSpeed: unsupported mix of model_dtype=torch.bfloat16 and "
+               "grad_accum_dtype=torch.float32)");
+    ERR_PREFIX("{" B "\"data_types\": {\"grad_accum_dtype\": \"fp16\"}}", 1, ZT_ERR_INVALID,
+               "ds.json: data_types.grad_accum_dtype \"fp16\" with fp32 training needs ZeRO");
+    ERR_PREFIX("{" B "\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 2}, "
+               "\"data_types\": {\"grad_accum_dtype\": \"fp16\"}}", 1, ZT_ERR_UNSUPPORTED,
+               "ds.json: data_types.grad_accum_dtype \"fp16\" with bf16 training is not supported");
     OK("{" B "\"communication_data_type\": \"bf16\"}", 1, &c);
     CHECK(strcmp(c.communication_data_type, "bf16") == 0);
     ERR_PREFIX("{" B "\"amp\": {\"enabled\": true}}", 1, ZT_ERR_INVALID,

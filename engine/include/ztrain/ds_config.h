@@ -187,6 +187,8 @@ typedef struct {
     bool prescale_gradients;
     double gradient_predivide_factor;
     char communication_data_type[8]; /* "" (derived from precision), "fp32", "fp16", "bf16" */
+    char grad_accum_dtype[8];        /* data_types.grad_accum_dtype: "" (the training type),
+                                        "fp32", "fp16", "bf16" */
 
     zt_fp16_config fp16;
     zt_bf16_config bf16;
@@ -267,6 +269,11 @@ zt_dtype zt_ds_train_dtype(const zt_ds_config *cfg);
 /* The type gradients are communicated in: communication_data_type, or by default the training
  * precision (DeepSpeed communicates 16-bit gradients in 16 bits). */
 zt_dtype zt_ds_comm_dtype(const zt_ds_config *cfg);
+
+/* The type gradients add up in over a step's micro-steps: data_types.grad_accum_dtype, or by
+ * default the training type (DeepSpeed's get_data_types). A parsed config holds fp32 with any
+ * training type at ZeRO stages 1-3, or else the training type itself. */
+zt_dtype zt_ds_grad_accum_dtype(const zt_ds_config *cfg);
 
 /* Reads and parses a DeepSpeed config file. */
 zt_status zt_ds_config_load(zt_ds_config *cfg, const char *path, int world_size);

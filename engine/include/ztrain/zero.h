@@ -87,7 +87,8 @@ typedef struct {
     zt_ctx ctx;                 /* ZeRO's own arithmetic on it, in fp32 */
     size_t part;                /* slice length */
     size_t own_lo, own_hi;      /* this rank's slice */
-    float *grad_acc;            /* stages 2, 3: reduced gradients of the slice [part] */
+    float *grad_acc;            /* stages 2, 3 in fp32 or with accum32: reduced gradients of
+                                   the slice [part] */
     size_t bucket_size;
     size_t pend_lo, pend_hi;    /* stages 2, 3: ready gradients not yet reduced */
     zt_zero_segment *segments;  /* per layer + 1 (index 0: the outer tensors) */
@@ -134,6 +135,13 @@ typedef struct {
      * backward wrote it. */
     zt_grad16 gtwin;
     bool grads16;
+    /* Mixed precision with data_types.grad_accum_dtype "fp32" (stages 1-3, as DeepSpeed's
+     * BF16_Optimizer and ZeRO optimizers take it): the micro-steps' gradients add up in fp32 —
+     * at stage 1 in the model's fp32 gradients, held whole; from stage 2 each reduced bucket in
+     * grad_acc — and the sum is rounded into the 16-bit gradients once, at the boundary
+     * (zt_zero_reduce_gradients_half), so no micro-step's addition is rounded to 16 bits. The
+     * ops then write fp32 gradients (grads16 false). */
+    bool accum32;
     bool poison_next;           /* fault injection: make this rank's next gradients not finite */
     /* Offload (offload.h): with offload_optimizer "cpu"/"nvme" the masters and the optimizer's
      * state live in the store (master is NULL); with offload_param "nvme" at stage 3 so does this
@@ -183,10 +191,13 @@ typedef struct {
  * the parameters outside this rank's slice at stage 3 (but the tensors kept whole), and in mixed
  * precision all of the fp32 parameters, once rounded into the 16-bit ones (the slice's at stage
  * 3). masters_offloaded: offload_optimizer is on, so the fp32 masters are not allocated here
- * (the store of zt_zero_init_offload holds them). Finish with zt_zero_after_init. */
+ * (the store of zt_zero_init_offload holds them). accum_dtype: the type micro-steps' gradients
+ * add up in (data_types.grad_accum_dtype, by default dtype); ZT_F32 with a 16-bit dtype at
+ * stage 1-3 sets accum32, anything else than dtype is the caller's to refuse. Finish with zt_zero_after_init. */
 zt_status zt_zero_init(zt_zero *z, zt_model *m, zt_comm *comm, int stage, size_t bucket_size,
                        size_t persistence_threshold, bool overlap_comm, size_t prefetch_size,
-                       zt_dtype dtype, zt_dtype comm_dtype, bool masters_offloaded);
+                       zt_dtype dtype, zt_dtype comm_dtype, zt_dtype accum_dtype,
+                       bool masters_offloaded);
 void zt_zero_free(zt_zero *z);
 
 /* Makes the partitioner a pipeline stage's: the squared gradient norm is summed over
