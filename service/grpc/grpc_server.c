@@ -93,13 +93,18 @@ static grpc_byte_buffer *pop_locked(call *c) {
     return bb;
 }
 
-/* Adds the initial metadata to the first batch that sends anything. */
+/* Adds the initial metadata to the first batch that sends anything: `server`, the daemon's
+ * name and version as HTTP's Server header has them (docs/api.md, "Versions"). */
 static size_t add_initial_md_locked(call *c, grpc_op *ops) {
     if (c->md_sent)
         return 0;
     c->md_sent = true;
     memset(ops, 0, sizeof *ops);
     ops->op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->server_md.key = grpc_slice_from_static_string("server");
+    c->server_md.value = grpc_slice_from_static_string(ZT_SERVER_SOFTWARE);
+    ops->data.send_initial_metadata.count = 1;
+    ops->data.send_initial_metadata.metadata = &c->server_md;
     return 1;
 }
 

@@ -89,6 +89,7 @@ struct call {
     zt_job_watch *watch;
     int pending;                   /* batches started whose tags have not come back */
     bool md_sent;                  /* initial metadata went out (with the first batch) */
+    grpc_metadata server_md;       /* that metadata: server: ztraind/VERSION */
     bool sending;                  /* a SEND_MESSAGE is in flight: at most one at a time */
     bool status_started;
     bool broken;                   /* a send failed: the call is dead, only CLOSE will come */

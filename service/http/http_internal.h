@@ -111,9 +111,9 @@ bool zt_http_guard_client_cert(const zt_http_server *s, struct MHD_Connection *c
 
 /* ---- answering (http_reply.c) ------------------------------------------------------------ */
 
-/* Queues r with the CORS headers added (zt_http_add_cors) and drops our reference: MHD keeps
- * the response until it is sent. A NULL r (a failed create) is MHD_NO, which closes the
- * connection. */
+/* Queues r with the CORS headers (zt_http_add_cors) and `Server: ztraind/VERSION` added, and
+ * drops our reference: MHD keeps the response until it is sent. A NULL r (a failed create) is
+ * MHD_NO, which closes the connection. */
 enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MHD_Response *r);
 /* Sends the buffer's text, which it takes over (b is left empty), as `type`, not to be cached. */
 enum MHD_Result zt_http_send_text(struct MHD_Connection *c, unsigned code, zt_jbuf *b,

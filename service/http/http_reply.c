@@ -19,6 +19,7 @@ enum MHD_Result zt_http_queue(struct MHD_Connection *c, unsigned code, struct MH
     if (!r)
         return MHD_NO;
     zt_http_add_cors(c, r);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_SERVER, ZT_SERVER_SOFTWARE);
     enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     return ret;

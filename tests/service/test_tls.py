@@ -16,10 +16,15 @@ with a client certificate of its own that ztraind must not trust.
   d. The TLS hint is for a first call only: a `ztrain watch` whose plaintext ztraind is SIGKILLed
      mid-stream and started again on the same state and ports says it is reconnecting, follows
      the job on the new daemon, and blames no TLS, while b's first call to a TLS server without
-     --tls-ca still gets the hint."""
+     --tls-ca still gets the hint.
+  b and c also drive the Python client (ztrain.Client) over TLS: tls=the CA's path (str or
+  pathlib.Path) lists and waits for the job and reads server_version(); one trusting another CA
+  is ServiceUnavailable; with mutual TLS, tls={ca, cert, key} is served and the CA alone is
+  refused."""
 import http.client
 import json
 import os
+import pathlib
 import socket
 import ssl
 import subprocess
@@ -29,8 +34,11 @@ import time
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import (BUILD, LONG, Checker, Daemon, error_of, state_name, stubs, temp_dir,  # noqa: E402
-                 tiny_job, spec_proto, wait_state, wait_step)
+from svc import (BUILD, LONG, SOURCE, Checker, Daemon, error_of, state_name, stubs,  # noqa: E402
+                 temp_dir, tiny_job, spec_proto, wait_state, wait_step)
+# The Python client from the source tree, as clients/python/README.md runs it.
+sys.path.insert(0, os.path.join(SOURCE, "clients", "python"))
+import ztrain  # noqa: E402
 
 pb, rpc, health_pb, health_rpc = stubs()
 ck = Checker()
@@ -116,6 +124,17 @@ def list_jobs(stub):
     return stub.ListJobs(pb.ListJobsRequest(), timeout=10)
 
 
+def client_sees(d, tls, job_id):
+    """(jobs listed, job_id's state after wait(), server_version()) through ztrain.Client with
+    that tls; the error's repr in their place when a call fails."""
+    try:
+        with ztrain.Client(d.grpc_addr, tls=tls, timeout=10) as c:
+            return ([j.id for j in c.list()], ztrain.state_name(c.wait(job_id, 120).state),
+                    c.server_version())
+    except ztrain.ZtrainError as e:
+        return repr(e), None, None
+
+
 def cli(args, env=None):
     e = {k: v for k, v in os.environ.items() if not k.startswith("ZTRAIN_")}
     e.update(env or {})
@@ -189,6 +208,15 @@ def case_server_tls(certs, tmp):
         ck.check(hs.status == health_pb.HealthCheckResponse.SERVING,
                  "b: grpc.health.v1 Check over TLS is SERVING")
         ch.close()
+        for tls in (certs.ca, {"ca": pathlib.Path(certs.ca)}):
+            ids, state, version = client_sees(d, tls, job.id)
+            ck.check(isinstance(ids, list) and job.id in ids and state == "SUCCEEDED" and
+                     version == ztrain.__version__,
+                     f"b: ztrain.Client(tls={tls!r}) lists and waits for {job.id} and reads "
+                     f"the server's version ({ids}, {state}, {version!r})")
+        ids, _, _ = client_sees(d, certs.other_ca, job.id)
+        ck.check("ServiceUnavailable" in str(ids),
+                 f"b: ztrain.Client trusting another CA fails verification ({ids})")
 
         rc, out, err = cli(["list", "--server", d.grpc_addr, "--tls-ca", certs.ca])
         ck.check(rc == 0 and job.id in out and "SUCCEEDED" in out,
@@ -269,6 +297,15 @@ def case_mutual_tls(certs, tmp):
         got = [j.id for j in list_jobs(stub).jobs]
         ch.close()
         ck.check(job.id in got, f"c: with its client certificate it submits and lists {job.id}")
+        mutual = {"ca": certs.ca, "cert": certs.client, "key": certs.client_key}
+        ids, state, version = client_sees(d, mutual, job.id)
+        ck.check(isinstance(ids, list) and job.id in ids and state == "SUCCEEDED" and
+                 version == ztrain.__version__,
+                 f"c: ztrain.Client with tls ca, cert and key lists and waits for {job.id} "
+                 f"({ids}, {state}, {version!r})")
+        ids, _, _ = client_sees(d, certs.ca, job.id)
+        ck.check("ServiceUnavailable" in str(ids),
+                 f"c: ztrain.Client without its certificate is refused ({ids})")
 
         rc, out, err = cli(["list", "--server", d.grpc_addr, "--tls-ca", certs.ca])
         ck.check(rc == 1 and "--tls-cert" in err,

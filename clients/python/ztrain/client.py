@@ -15,8 +15,8 @@ import grpc
 
 from ._gen import ztrain_pb2 as pb
 from ._gen import ztrain_pb2_grpc as pb_grpc
-from .errors import (ApiError, ClientClosed, InvalidArgument, Violation, _Parsed,
-                     from_rpc_error)
+from ._request import build, refuse as _refuse
+from .errors import ApiError, ClientClosed, from_rpc_error
 from .spec import JobSpec, load
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -154,14 +154,17 @@ class Client:
     (plaintext), True (TLS, the system's roots), a CA file's path, or {"ca": ..., "cert": ...,
     "key": ...} for mutual TLS (cert and key together; paths as str or pathlib.Path); a file
     that cannot be read or holds no PEM certificate (key) is InvalidArgument naming tls.ca,
-    tls.cert or tls.key, before any call. timeout: seconds for each unary call.
+    tls.cert or tls.key, before any call. timeout: gRPC's deadline for each unary call, in
+    seconds (None: no deadline); 0 (which gRPC takes as a deadline already past, failing a call
+    or not as the server is quick), a negative one or one not a number is InvalidArgument
+    naming timeout.
 
     After close() (or the end of a `with` block) every call raises ClientClosed."""
 
     def __init__(self, address: str, token: Optional[str] = None, tls=False,
                  timeout: float = 60.0):
         self.address = address
-        self.timeout = timeout
+        self.timeout = _timeout(timeout)
         token = _token(token)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
         if tls:
@@ -172,6 +175,7 @@ class Client:
         self._closed = False
 
     def close(self):
+        """Closes the channel; every later call raises ClientClosed. A `with` block calls it."""
         self._closed = True
         self._channel.close()
 
@@ -210,17 +214,34 @@ class Client:
             self._check_open()
             raise
 
+    def server_version(self) -> str:
+        """The daemon's version, "0.1.0" for ztraind 0.1.0, as `kubectl version` reports the
+        server's: from the `server` initial metadata ("ztraind/0.1.0") of a health check, the
+        version HTTP's Server header carries too. "" from a server that sends none."""
+        check = self._channel.unary_unary("/grpc.health.v1.Health/Check",
+                                          request_serializer=lambda _: b"",
+                                          response_deserializer=lambda raw: raw)
+        self._check_open()
+        try:
+            _, call = check.with_call(None, metadata=self._metadata, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        server = dict(call.initial_metadata()).get("server", "")
+        return server.split("/", 1)[1] if server.startswith("ztraind/") else ""
+
     # ---- jobs -----------------------------------------------------------------------------
 
     def submit(self, spec: Union[JobSpec, dict, str], idempotency_key: str = "") -> "pb.Job":
         """Submits a JobSpec builder, a job file's object or a job file's path. The spec is
         validated locally first (SpecError), then by the server (ApiError). A repeated
         idempotency_key with the same spec returns the job it created."""
-        req = pb.SubmitJobRequest(spec=load(spec).to_proto(), idempotency_key=idempotency_key)
+        req = build(pb.SubmitJobRequest, spec=load(spec).to_proto(), idempotency_key=idempotency_key)
         return self._call("SubmitJob", req)
 
     def get(self, job_id: str) -> "pb.Job":
-        return self._call("GetJob", pb.GetJobRequest(id=_id(job_id)))
+        """The job with that id ("job-000042"), resource name ("jobs/job-000042") or Job
+        message, as the server has it now; NotFound naming jobs/ID when there is none."""
+        return self._call("GetJob", build(pb.GetJobRequest, id=_id(job_id)))
 
     def list(self, state: Union[str, int, None] = None,
              page_size: int = 0) -> Iterator["pb.Job"]:
@@ -228,24 +249,22 @@ class Client:
         JobState value (pb.JOB_STATE_RUNNING, 3), its name ("JOB_STATE_RUNNING") or its short
         name ("RUNNING", any case); None or 0 is every state. Anything else raises
         InvalidArgument naming `state` at the call, before any request."""
-        st = _state_value(state)
+        request = build(pb.ListJobsRequest, state=_state_value(state), page_size=page_size)
 
         def pages():
-            token = ""
             while True:
-                page = self._call("ListJobs", pb.ListJobsRequest(
-                    state=st, page_size=page_size, page_token=token))
+                page = self._call("ListJobs", request)
                 yield from page.jobs
-                token = page.next_page_token
-                if not token:
+                if not page.next_page_token:
                     return
+                request.page_token = page.next_page_token
 
         return pages()
 
     def cancel(self, job_id: str, force: bool = False, grace_seconds: float = 0) -> "pb.Job":
         """Graceful by default (the ranks checkpoint and stop); force kills at once."""
-        return self._call("CancelJob", pb.CancelJobRequest(id=_id(job_id), force=force,
-                                                           grace_seconds=grace_seconds))
+        return self._call("CancelJob", build(pb.CancelJobRequest, id=_id(job_id), force=force,
+                                                    grace_seconds=grace_seconds))
 
     def watch(self, job_id: str, since_step: int = 0, logs: bool = False,
               timeout: Optional[float] = None, after_seq: int = 0,
@@ -257,11 +276,12 @@ class Client:
         records after the one with that seq (the last Metrics.seq received), Anomaly events
         after the one with that seq (the last Anomaly.seq received) and, with logs, the Log
         lines after the one with that seq (the last Log.seq received: the lines the daemon
-        still keeps after it come first) come."""
-        req = pb.WatchJobRequest(id=_id(job_id), since_step=since_step, logs=logs,
-                                 after_seq=after_seq, after_anomaly_seq=after_anomaly_seq,
-                                 after_log_seq=after_log_seq)
-        for ev in self._stream("WatchJob", req, timeout):
+        still keeps after it come first) come. timeout: gRPC's deadline for the whole stream,
+        in seconds (None: none), as Client's timeout (0 is InvalidArgument)."""
+        req = build(pb.WatchJobRequest, id=_id(job_id), since_step=since_step, logs=logs,
+                    after_seq=after_seq, after_anomaly_seq=after_anomaly_seq,
+                    after_log_seq=after_log_seq)
+        for ev in self._stream("WatchJob", req, _timeout(timeout)):
             e = _event(ev)
             if e is not None:
                 yield e
@@ -276,8 +296,8 @@ class Client:
         must be installed): indexed by step, ascending, one row per step and one column per
         key, the records of a step merged and, where a step has a key twice, the later value
         (the run after a restart) kept; NaN where a step has no value for a key."""
-        resp = self._call("GetMetrics", pb.GetMetricsRequest(
-            id=_id(job_id), keys=[keys] if isinstance(keys, str) else list(keys),
+        resp = self._call("GetMetrics", build(
+            pb.GetMetricsRequest, id=_id(job_id), keys=[keys] if isinstance(keys, str) else list(keys),
             since_step=since_step, max_points=max_points))
         out: Dict[str, List[Tuple[int, float]]] = {
             s.key: list(zip(s.steps, s.values)) for s in resp.series}
@@ -288,31 +308,32 @@ class Client:
     def logs(self, job_id: str, tail: Optional[int] = None, follow: bool = False,
              timeout: Optional[float] = None) -> Iterator["pb.LogLine"]:
         """The last `tail` lines of every rank (None: the server's default, 100; 0: none);
-        with follow, then new lines until the job ends (with tail=0, only those)."""
-        req = pb.StreamLogsRequest(id=_id(job_id), follow=follow)
-        if tail is not None:
-            req.tail = tail
-        yield from self._stream("StreamLogs", req, timeout)
+        with follow, then new lines until the job ends (with tail=0, only those). A tail above
+        what the request carries (2^31-1) asks for every line kept, as it does. timeout: as
+        watch()'s."""
+        tail = {} if tail is None else {"tail": tail}
+        req = build(pb.StreamLogsRequest, id=_id(job_id), follow=follow, **tail)
+        yield from self._stream("StreamLogs", req, _timeout(timeout))
 
     def checkpoints(self, job_id: str) -> "pb.ListCheckpointsResponse":
         """The checkpoints in the job's checkpoint directory (.checkpoints, each with tag, step
         and complete) and the tag "latest" names (.latest)."""
-        return self._call("ListCheckpoints", pb.ListCheckpointsRequest(id=_id(job_id)))
+        return self._call("ListCheckpoints", build(pb.ListCheckpointsRequest, id=_id(job_id)))
 
     def effective_config(self, job_id: str) -> dict:
         """The DeepSpeed config rank 0 resolved ("auto" values filled in), as a dict;
         FailedPrecondition before the ranks have written it."""
         import json
 
-        resp = self._call("GetEffectiveConfig", pb.GetEffectiveConfigRequest(id=_id(job_id)))
+        resp = self._call("GetEffectiveConfig", build(pb.GetEffectiveConfigRequest, id=_id(job_id)))
         return json.loads(resp.deepspeed_json)
 
     def anomalies(self, job_id: str, page_size: int = 0) -> Iterator["pb.AnomalyEvent"]:
         """The job's anomaly events, oldest first, fetched page by page."""
         token = ""
         while True:
-            page = self._call("ListAnomalies", pb.ListAnomaliesRequest(
-                id=_id(job_id), page_size=page_size, page_token=token))
+            page = self._call("ListAnomalies", build(
+                pb.ListAnomaliesRequest, id=_id(job_id), page_size=page_size, page_token=token))
             yield from page.anomalies
             token = page.next_page_token
             if not token:
@@ -321,8 +342,8 @@ class Client:
     def webhook_deliveries(self, job_id: str, page_size: int = 0) -> List["pb.WebhookDelivery"]:
         """The job's newest webhook delivery attempts (page_size of them; 0: up to 10,000),
         oldest first."""
-        return list(self._call("ListWebhookDeliveries", pb.ListWebhookDeliveriesRequest(
-            id=_id(job_id), page_size=page_size)).deliveries)
+        return list(self._call("ListWebhookDeliveries", build(
+            pb.ListWebhookDeliveriesRequest, id=_id(job_id), page_size=page_size)).deliveries)
 
     # How wait() retries while the daemon cannot be reached (it restarts, or is being
     # upgraded): the first wait, doubling up to the longest, until the caller's timeout; with
@@ -354,7 +375,8 @@ class Client:
                 raise timed_out()
             try:
                 for ev in self.watch(job_id, after_seq=after_seq,
-                                     after_anomaly_seq=after_anomaly_seq, timeout=left()):
+                                     after_anomaly_seq=after_anomaly_seq,
+                                     timeout=None if left() is None else max(left(), 0.001)):
                     down_since = None
                     pause = self.RECONNECT_FIRST
                     if isinstance(ev, Metrics):
@@ -365,7 +387,7 @@ class Client:
                         return ev.job
                 # The stream ended before a terminal state: the job as it is now says why.
                 unary = self.timeout if left() is None else max(min(self.timeout, left()), 0.01)
-                job = self._call("GetJob", pb.GetJobRequest(id=_id(job_id)), timeout=unary)
+                job = self._call("GetJob", build(pb.GetJobRequest, id=_id(job_id)), timeout=unary)
                 if state_name(job.state) in TERMINAL:
                     return job
             except ApiError as e:
@@ -398,6 +420,17 @@ def _frame(series: Dict[str, List[Tuple[int, float]]]):
     return frame
 
 
+def _timeout(timeout) -> Optional[float]:
+    """A gRPC deadline in seconds: None (none) or a number above 0. gRPC takes 0 as a deadline
+    already past, yet a quick server may still answer within it, so 0 would fail some calls
+    and not others: it is refused as a negative one is, naming timeout."""
+    if timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+                           and timeout > 0):
+        return timeout
+    _refuse("timeout", f"timeout: must be None (no deadline) or a number of seconds above 0, "
+                       f"got {type(timeout).__name__} ({timeout!r:.60})")
+
+
 def _token(token: Optional[str]) -> Optional[str]:
     """The bearer token as ztraind compares it: surrounding white space removed, as auth.c
     reads a token file or ZTRAIN_TOKEN, so that a token read with open(f).read() keeps no
@@ -424,13 +457,6 @@ def _token(token: Optional[str]) -> Optional[str]:
     _refuse("token", message)
 
 
-def _refuse(field_path: str, message: str):
-    """Raises the InvalidArgument naming field_path that the client's own checks raise, as the
-    server names a field."""
-    raise InvalidArgument("INVALID_ARGUMENT", message,
-                          parsed=_Parsed([Violation("field", field_path, message)]))
-
-
 def _state_value(state) -> int:
     """The JobState number for list()'s state (None, "" or 0: 0, every state)."""
     if state is None or state == "" or (type(state) is int and state == 0):
@@ -450,10 +476,15 @@ def _state_value(state) -> int:
 
 
 def _id(job_id) -> str:
-    """A job id from an id, a resource name "jobs/ID" or a Job message."""
+    """A job id from an id, a resource name "jobs/ID" or a Job message; anything else is
+    InvalidArgument naming id, the request's field."""
     if isinstance(job_id, pb.Job):
         return job_id.id
-    return job_id[5:] if isinstance(job_id, str) and job_id.startswith("jobs/") else job_id
+    if not isinstance(job_id, str):
+        _refuse("id", f"id: must be a job id (\"job-000042\"), its resource name "
+                      f"(\"jobs/job-000042\") or a Job, got {type(job_id).__name__} "
+                      f"({job_id!r:.60})")
+    return job_id[5:] if job_id.startswith("jobs/") else job_id
 
 
 def finite(x: float) -> Optional[float]:
