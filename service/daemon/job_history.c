@@ -98,8 +98,9 @@ static int intern_key(zt_job_history *h, const char *key) {
 static int64_t note_values(zt_job_history *h, const cJSON *obj, int64_t default_step) {
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");
     int64_t step = cJSON_IsNumber(gs) ? (int64_t)gs->valuedouble : default_step;
-    if (step > h->last_step)
-        h->last_step = step;
+    /* The newest record's step, not the highest: after a restart from an earlier checkpoint
+     * the resumed run's records are the job's present. */
+    h->last_step = step;
     for (const cJSON *it = obj->child; it; it = it->next) {
         bool number = cJSON_IsNumber(it) && isfinite(it->valuedouble);
         if (!(number || cJSON_IsNull(it)) || !it->string)

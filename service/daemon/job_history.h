@@ -40,7 +40,8 @@ void zt_history_cached_records(const zt_job_history *h, int64_t since_step, int6
                                zt_record_fn emit, void *ctx);
 /* Forgets the ring (a job that has ended is read from the store); the last values stay. */
 void zt_history_drop_records(zt_job_history *h);
-/* Whether a record of the job's last step has `key`, and in *value the value it had there (the
+/* Whether a record of the job's last step (the newest record's, which is lower than an earlier
+ * one's after a restart from an earlier checkpoint) has `key`, and in *value the value it had there (the
  * newest such record's): NaN when that record had null, a value that was not finite, and when
  * none of them has the key. */
 bool zt_history_last_value(const zt_job_history *h, const char *key, double *value);

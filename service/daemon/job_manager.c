@@ -236,8 +236,8 @@ static void take_numbers(job *j, const cJSON *obj, int64_t step) {
     j->info.n_records = zt_history_n_records(j->history);
     if (j->info.ranks)
         zt_rank_figures_take(j->info.ranks, j->info.world_size, obj);
-    if (step > j->info.step)
-        j->info.step = step;
+    /* The newest record's step: a run resumed from an earlier checkpoint is at its own step. */
+    j->info.step = step;
 }
 
 void zt_jm_add_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,

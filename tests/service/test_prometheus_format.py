@@ -12,16 +12,24 @@ ZTRAIN_INJECT_NAN_GRAD makes it).
      diverging job's norm could not be seen nor alerted on.
   c. After a daemon restart the same series have the same values: the counter does not go
      down, and the NaN is still NaN.
+  d. A job whose rank is killed at step 20 and restarted (max_restarts) from step 0, having no
+     checkpoint yet: while the resumed run is below step 20, ztrain_job_step and GetJob's step
+     are the newest record's step and the record-key gauges (learning rate, step time, skipped
+     steps) are there. Before, the step stayed at 20 and those series vanished until the
+     resumed run passed it.
 prometheus_client's own parser also reads the scrape, where it is installed."""
 import json
 import math
 import os
 import re
+import signal
 import sys
+import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import BUILD, Checker, Daemon, submit, temp_dir, tiny_job, wait_state  # noqa: E402
+from svc import (BUILD, Checker, Daemon, get_job, spec_proto, state_name, stubs, submit,  # noqa: E402
+                 temp_dir, tiny_job, wait_state)
 
 ck = Checker()
 NAME = 'quote" backslash\\ brace} é 名'
@@ -119,4 +127,40 @@ with Daemon(BUILD, temp_dir("ztrain-promfmt-"), max_ranks=1,
     d.restart()
     text = scrape(d)
     check_job(parse(text, "c"), j.id, last, "c")
+
+KILL_AT = 20
+with Daemon(BUILD, temp_dir("ztrain-promfmt-"), max_ranks=1,
+            env={"ZTRAIN_INJECT_SLOW_RANK": "100"},
+            extra_args=["--restart-backoff", "0.1"]) as d:
+    spec = spec_proto(tiny_job(d.data_root, name="resumed", max_steps=200,
+                               checkpoint_interval=1000))
+    spec.max_restarts = 1
+    pb = stubs()[0]
+    j = d.stub().SubmitJob(pb.SubmitJobRequest(spec=spec), metadata=d.metadata, timeout=30)
+    deadline = time.monotonic() + 120
+    while get_job(d, j.id).step < KILL_AT and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(get_job(d, j.id).ranks[0].pid, signal.SIGKILL)
+    newest = {"step": KILL_AT}
+    while time.monotonic() < deadline:
+        g = get_job(d, j.id)
+        if len(g.attempts) == 2 and state_name(g.state) == "RUNNING":
+            with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{j.id}/metrics.jsonl",
+                                        timeout=30) as r:
+                newest = json.loads(r.read().decode().splitlines()[-1])
+            if newest["step"] < KILL_AT:
+                break
+        time.sleep(0.05)
+    series = parse(scrape(d), "d")
+    g = get_job(d, j.id)
+    step = of_job(series, "ztrain_job_step", j.id)
+    ck.check(len(g.attempts) == 2 and newest["step"] < KILL_AT and step and
+             newest["step"] <= step[0] <= g.step < KILL_AT,
+             f"d: the resumed run is at step {newest['step']} (its newest record) to {g.step} "
+             f"(GetJob), and ztrain_job_step says {step}, below {KILL_AT}")
+    for metric in ("ztrain_job_learning_rate", "ztrain_job_step_time_seconds",
+                   "ztrain_job_skipped_steps_total"):
+        ck.check(len(of_job(series, metric, j.id)) == 1,
+                 f"d: {metric} is there while the resumed run is below step {KILL_AT} "
+                 f"({of_job(series, metric, j.id)})")
 ck.done()
