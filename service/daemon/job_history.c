@@ -18,7 +18,8 @@ struct zt_job_history {
     cached *ring;       /* the newest records, oldest at ring_head */
     int ring_cap, ring_head, ring_count;
     /* The value each key had when it was last reported, and at which step: a key's value is
-     * "at the last step" while its step is last_step. */
+     * "at the last step" while its step is last_step. NaN: the record had null, which is how
+     * the ranks write a value that was not finite. */
     char **keys;
     double *last_value;
     int64_t *last_step_of;
@@ -93,19 +94,21 @@ static int intern_key(zt_job_history *h, const char *key) {
 }
 
 /* The record's step (train/global_step, else default_step), and its numbers as the last values
- * of their keys. */
+ * of their keys; a null (a value that was not finite) as NaN. */
 static int64_t note_values(zt_job_history *h, const cJSON *obj, int64_t default_step) {
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");
     int64_t step = cJSON_IsNumber(gs) ? (int64_t)gs->valuedouble : default_step;
-    if (step > h->last_step)
-        h->last_step = step;
+    /* The newest record's step, not the highest: after a restart from an earlier checkpoint
+     * the resumed run's records are the job's present. */
+    h->last_step = step;
     for (const cJSON *it = obj->child; it; it = it->next) {
-        if (!cJSON_IsNumber(it) || !it->string || !isfinite(it->valuedouble))
+        bool number = cJSON_IsNumber(it) && isfinite(it->valuedouble);
+        if (!(number || cJSON_IsNull(it)) || !it->string)
             continue;
         int k = intern_key(h, it->string);
         if (k < 0)
             continue;
-        h->last_value[k] = it->valuedouble;
+        h->last_value[k] = number ? it->valuedouble : NAN;
         h->last_step_of[k] = step;
     }
     return step;
@@ -156,9 +159,11 @@ void zt_history_cached_records(const zt_job_history *h, int64_t since_step, int6
     }
 }
 
-double zt_history_last_value(const zt_job_history *h, const char *key) {
+bool zt_history_last_value(const zt_job_history *h, const char *key, double *value) {
     int k = find_key(h, key);
-    return k >= 0 && h->last_step_of[k] == h->last_step ? h->last_value[k] : NAN;
+    bool found = k >= 0 && h->last_step_of[k] == h->last_step;
+    *value = found ? h->last_value[k] : NAN;
+    return found;
 }
 
 /* Static copies of the stream names, so log lines need not own them. */

@@ -5,6 +5,7 @@
 #ifndef ZTRAIN_JOB_HISTORY_H
 #define ZTRAIN_JOB_HISTORY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
@@ -39,9 +40,11 @@ void zt_history_cached_records(const zt_job_history *h, int64_t since_step, int6
                                zt_record_fn emit, void *ctx);
 /* Forgets the ring (a job that has ended is read from the store); the last values stay. */
 void zt_history_drop_records(zt_job_history *h);
-/* The value `key` had in the records of the job's last step (the newest one that has it); NaN
- * when none of them has it. */
-double zt_history_last_value(const zt_job_history *h, const char *key);
+/* Whether a record of the job's last step (the newest record's, which is lower than an earlier
+ * one's after a restart from an earlier checkpoint) has `key`, and in *value the value it had there (the
+ * newest such record's): NaN when that record had null, a value that was not finite, and when
+ * none of them has the key. */
+bool zt_history_last_value(const zt_job_history *h, const char *key, double *value);
 
 /* Stores a copy of the line; its seq must be zt_history_next_seq() or later. */
 void zt_history_add_log(zt_job_history *h, const zt_log_line *l);

@@ -236,8 +236,8 @@ static void take_numbers(job *j, const cJSON *obj, int64_t step) {
     j->info.n_records = zt_history_n_records(j->history);
     if (j->info.ranks)
         zt_rank_figures_take(j->info.ranks, j->info.world_size, obj);
-    if (step > j->info.step)
-        j->info.step = step;
+    /* The newest record's step: a run resumed from an earlier checkpoint is at its own step. */
+    j->info.step = step;
 }
 
 void zt_jm_add_record(job *j, const cJSON *obj, const char *text, int64_t time_ms,
@@ -642,11 +642,13 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
     zt_job_summary *v = calloc(slots, sizeof *v);
     const job **found = calloc(slots, sizeof *found);
     double *values = calloc(slots * (size_t)(n_keys ? n_keys : 1), sizeof *values);
-    if (!v || !found || !values) {
+    bool *reported = calloc(slots * (size_t)(n_keys ? n_keys : 1), sizeof *reported);
+    if (!v || !found || !values || !reported) {
         pthread_mutex_unlock(&jm->mu);
         free(v);
         free(found);
         free(values);
+        free(reported);
         return zt_error(ZT_ERR_NOMEM, "out of memory summarising %d jobs", count);
     }
     for (int i = 0; i < count; i++) {
@@ -661,8 +663,9 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
         e->loss = j->info.loss;
         e->tokens_per_second = j->info.tokens_per_second;
         e->values = &values[(size_t)i * (size_t)n_keys];
+        e->reported = &reported[(size_t)i * (size_t)n_keys];
         for (int k = 0; k < n_keys; k++)
-            e->values[k] = zt_history_last_value(j->history, keys[k]);
+            e->reported[k] = zt_history_last_value(j->history, keys[k], &e->values[k]);
         if (j->info.ranks && j->info.world_size > 0) {
             e->ranks = malloc((size_t)j->info.world_size * sizeof *e->ranks);
             ZT_ASSERT(e->ranks);
@@ -675,6 +678,7 @@ zt_status zt_jobs_summaries(zt_jobs *jm, const char *const *keys, int n_keys,
         v[i].name = zt_jm_strdup(found[i]->info.name);
     free(found);
     v[0].values = values;   /* also what zt_job_summaries_free frees, when there is no job */
+    v[0].reported = reported;
     *out = v;
     *n = count;
     return ZT_OK;
@@ -689,6 +693,7 @@ void zt_job_summaries_free(zt_job_summary *s, int n) {
     }
     /* The values of every summary are one array, which the first one's points to. */
     free(s[0].values);
+    free(s[0].reported);
     free(s);
 }
 

@@ -369,6 +369,8 @@ typedef struct {
     int64_t step;
     double loss, tokens_per_second;   /* NaN when none */
     double *values;   /* per key asked for: its value at the job's last step; NaN when none */
+    bool *reported;   /* per key: whether the last step's records have it (its value NaN there:
+                       * the record had null, a value that was not finite) */
     zt_rank_figures *ranks;  /* world_size entries: each rank's figures; NULL without ranks */
 } zt_job_summary;
 

@@ -36,29 +36,35 @@ static double pv_skipped(const zt_job_summary *j) { return j->values[K_SKIPPED];
 static double pv_straggler(const zt_job_summary *j) { return j->values[K_STRAGGLER]; }
 static double pv_straggler_ratio(const zt_job_summary *j) { return j->values[K_STRAGGLER_RATIO]; }
 
+/* A family from a record key (key >= 0) has a sample while the job's last step has the key, NaN
+ * where the record had null (a value that was not finite: a diverged gradient norm must show,
+ * not vanish); the others have one while their value is known (not NaN). */
 static const struct {
     const char *name, *type, *help;
     double (*value)(const zt_job_summary *);
+    int key;
 } prom_job_families[] = {
-    {"ztrain_job_world_size", "gauge", "Ranks the job runs on.", pv_world_size},
-    {"ztrain_job_step", "gauge", "Last train/global_step the job reported.", pv_step},
-    {"ztrain_job_loss", "gauge", "Last training loss (train/loss).", pv_loss},
+    {"ztrain_job_world_size", "gauge", "Ranks the job runs on.", pv_world_size, -1},
+    {"ztrain_job_step", "gauge", "Last train/global_step the job reported.", pv_step, -1},
+    {"ztrain_job_loss", "gauge", "Last training loss (train/loss).", pv_loss, -1},
     {"ztrain_job_tokens_per_second", "gauge", "Last training throughput in tokens per second.",
-     pv_tps},
-    {"ztrain_job_learning_rate", "gauge", "Last learning rate (train/learning_rate).", pv_lr},
+     pv_tps, -1},
+    {"ztrain_job_learning_rate", "gauge", "Last learning rate (train/learning_rate).", pv_lr,
+     K_LR},
     {"ztrain_job_step_time_seconds", "gauge", "Duration of the last logged step in seconds.",
-     pv_step_s},
+     pv_step_s, K_STEP_MS},
     {"ztrain_job_flops_per_second", "gauge",
-     "Last achieved model FLOP/s (perf/tflops times 10^12).", pv_flops},
-    {"ztrain_job_grad_norm", "gauge", "Last global gradient norm (train/grad_norm).", pv_gnorm},
+     "Last achieved model FLOP/s (perf/tflops times 10^12).", pv_flops, K_TFLOPS},
+    {"ztrain_job_grad_norm", "gauge", "Last global gradient norm (train/grad_norm).", pv_gnorm,
+     K_GRAD_NORM},
     {"ztrain_job_skipped_steps_total", "counter",
-     "Optimizer steps skipped because of gradient overflow.", pv_skipped},
+     "Optimizer steps skipped because of gradient overflow.", pv_skipped, K_SKIPPED},
     {"ztrain_job_straggler_rank", "gauge",
      "The rank with the longest compute time (step less communication) in the last logged step.",
-     pv_straggler},
+     pv_straggler, K_STRAGGLER},
     {"ztrain_job_straggler_ratio", "gauge",
      "The straggler's compute time over the median rank's in the last logged step.",
-     pv_straggler_ratio},
+     pv_straggler_ratio, K_STRAGGLER_RATIO},
 };
 
 /* The per-rank series (rank_figures.h), labelled with the rank; times in seconds as
@@ -126,10 +132,14 @@ static void prom_job_labels(zt_jbuf *b, const zt_job_summary *j) {
     zt_jbuf_puts(b, "\"");
 }
 
-/* A sample value: JSON's number syntax is also valid exposition text. */
+/* A sample value: JSON's number syntax is also valid exposition text, and the values JSON has
+ * no number for are written as the format spells them. */
 static void prom_value(zt_jbuf *b, double v) {
     zt_jbuf_puts(b, "} ");
-    zt_json_num(b, v);
+    if (isfinite(v))
+        zt_json_num(b, v);
+    else
+        zt_jbuf_puts(b, isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
     zt_jbuf_puts(b, "\n");
 }
 
@@ -204,9 +214,10 @@ static void prom_write(zt_jbuf *b, const zt_job_summary *all, int n_all, int64_t
     for (size_t f = 0; f < N_PROM_JOB_FAMILIES; f++) {
         prom_family(b, prom_job_families[f].name, prom_job_families[f].type,
                     prom_job_families[f].help);
+        int key = prom_job_families[f].key;
         for (int i = 0; i < n; i++) {
             double v = prom_job_families[f].value(&jobs[i]);
-            if (isnan(v))
+            if (key >= 0 ? !jobs[i].reported[key] : isnan(v))
                 continue;
             zt_jbuf_puts(b, prom_job_families[f].name);
             prom_job_labels(b, &jobs[i]);
