@@ -15,6 +15,10 @@
      unspecified 0.0.0.0 each exit 2 at startup naming the flag (and the config file's line it
      came from) instead of starting and failing every job; 127.0.0.1 and this host's own name
      start (srun and scancel are stand-ins on PATH: nothing is submitted).
+  e. A runs root that ztraind's user cannot write (a volume owned by another uid: docs/deploy/
+     docker.md) exits 1 at start naming the directory and the uid, rather than starting "ready"
+     and failing every job with "cannot create directory"; made writable, ztraind starts. As
+     root (whom permissions do not stop) ztraind runs as nobody (65534) through setpriv.
 """
 import os
 import re
@@ -238,8 +242,45 @@ def case_d(tmp):
         proc.wait(timeout=30)
 
 
+def case_e(tmp):
+    base = os.path.join(tmp, "perm")
+    state, runs = os.path.join(base, "state"), os.path.join(base, "runs")
+    for d in (base, state, runs):
+        os.makedirs(d)
+    os.chmod(tmp, 0o755)
+    os.chmod(base, 0o755)
+    as_user = []
+    if os.geteuid() == 0:
+        as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        os.chown(state, 65534, 65534)
+    os.chmod(runs, 0o555)
+    cmd = as_user + [tool("ztraind"), "--state-dir", state, "--runs-root", runs,
+                     "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        rc, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, err = "none: it started", str(e.stderr or "")
+    pattern = re.escape(runs) + r": not writable by uid \d+: Permission denied"
+    ck.check(rc == 1 and re.search(pattern, err) is not None,
+             f"e: an unwritable runs root stops ztraind at start: exit {rc}, {err.strip()[-240:]!r}")
+    os.chmod(runs, 0o777)
+    log = os.path.join(base, "ok.log")
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    ready, deadline = None, time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None and not ready:
+        ready = re.search(r"ztraind: ready .*", open(log, errors="replace").read())
+        time.sleep(0.05)
+    ck.check(ready is not None, f"e: a writable runs root starts "
+             f"({open(log, errors='replace').read().strip()[-200:] if not ready else 'ready'})")
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
 tmp = temp_dir("ztrain-daemon-config-")
 case_a(tmp)
 case_b(tmp)
 case_d(tmp)
+case_e(tmp)
 ck.done()
