@@ -4,7 +4,8 @@
      the state, data and runs directories and the token file; flags after --config, written
      --flag=value, override its max-ranks. The ready line shows the file's directories and the
      command line's max-ranks, and the HTTP API refuses a request without the file's token and
-     answers one with it: the file's flags are really in force.
+     answers one with it: the file's flags are really in force. SIGHUP (a "reload") leaves it
+     serving and says the file is read only at start.
   b. Each kind of bad file, and --flag=value on a switch, exits 2 with a message that names the
      file and line (or the flag), and ztraind does not start.
   c. A second ztraind on a running one's state directory exits 1 naming the directory and the
@@ -22,6 +23,7 @@
 """
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -117,6 +119,15 @@ webhook-allow-private
                  f"c: a second ztraind on the state directory exits {r.returncode}: "
                  f"{r.stderr.strip()[-200:]!r}")
         ck.check(http_status(url, TOKEN) == 200, "c: the first daemon still answers")
+        # A `kill -HUP` meant as "reload the config" (nginx, sshd) reloads nothing: ztraind goes on
+        # and its message says the file is read only at start, not that there is none.
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        log = open(os.path.join(tmp, "ztraind.log"), errors="replace").read()
+        ck.check(proc.poll() is None and http_status(url, TOKEN) == 200
+                 and "SIGHUP ignored: flags and the --config file are read only at start" in log,
+                 f"a: SIGHUP leaves ztraind serving and says the config file is not reloaded: "
+                 f"{[l for l in log.splitlines() if 'SIGHUP' in l]}")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
