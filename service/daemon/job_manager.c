@@ -885,6 +885,17 @@ static zt_status resolve_root(char **root, const char *what) {
     return ZT_OK;
 }
 
+/* Every job's run directory and checkpoints are made in the runs root: one this user cannot
+ * write (a volume owned by another uid, a read-only mount) stops ztraind at start, not each job
+ * later with "cannot create directory". */
+static zt_status check_runs_writable(const char *runs_root) {
+    if (access(runs_root, W_OK | X_OK) != 0)
+        return zt_error(ZT_ERR_IO, "runs root %s: not writable by uid %ld: %s (run directories "
+                        "and checkpoints are made there)", runs_root, (long)geteuid(),
+                        strerror(errno));
+    return ZT_OK;
+}
+
 void zt_jm_slurm_job_name(const zt_jobs *jm, const job *j, char *buf, size_t size) {
     snprintf(buf, size, "ztrain-%s-%s", jm->tag, j->info.id);
 }
@@ -943,6 +954,8 @@ zt_status zt_jobs_create(zt_jobs **out, const zt_jobs_config *cfg) {
         s = resolve_root(&jm->cfg.data_root, "data");
     if (s == ZT_OK)
         s = resolve_root(&jm->cfg.runs_root, "runs");
+    if (s == ZT_OK)
+        s = check_runs_writable(jm->cfg.runs_root);
     if (s == ZT_OK)
         s = zt_store_open(&jm->store, jm->cfg.db_path);
     zt_store_loader loader = {load_job, load_log, load_attempt};

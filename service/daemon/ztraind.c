@@ -148,12 +148,14 @@ static void on_signal(int sig) {
 }
 
 /* SIGHUP (the terminal ztraind was started from closed, or a `kill -HUP` meant as "reload")
- * must not end the daemon at once and every running job with it: there is nothing to reload, so
- * it is ignored, saying so. write(2): the one way to say it from a handler. */
+ * must not end the daemon at once and every running job with it: flags and the --config file are
+ * read once, at start, so it is ignored, saying so. write(2): the one way to say it from a
+ * handler. */
 static void on_hangup(int sig) {
     (void)sig;
-    static const char msg[] = "ztraind: SIGHUP ignored: there is no configuration to reload "
-                              "(SIGTERM or SIGINT stop ztraind)\n";
+    static const char msg[] = "ztraind: SIGHUP ignored: flags and the --config file are read only "
+                              "at start, a change takes a restart (SIGTERM or SIGINT stop "
+                              "ztraind)\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
 }

@@ -2,7 +2,8 @@
 python3-yaml and checked against what the image does (docker/entrypoint.sh: the paths it gives
 ztraind, where it reads the token), then ztraind is started the way the pod starts it (the
 entrypoint's command with the container's args, the mounts mapped to a temporary directory) and
-probed as the kubelet and the Service would: the startup probe (a TCP connection to the gRPC
+probed as the kubelet and the Service would: every pod of the example manifests meets the "restricted" Pod Security Standard
+(a namespace that enforces it admits them); the startup probe (a TCP connection to the gRPC
 port), the readiness and liveness probes (GET /healthz, no token, the pod address as Host), the API through the Service's name with the
 Secret's token, and a stop with SIGTERM within terminationGracePeriodSeconds.
 """
@@ -47,7 +48,59 @@ def http_status(port, path, host, token=None):
     return r.status
 
 
+# The Pod Security Standards' "restricted" profile, as kubernetes/pod-security-admission's
+# policy checks it (policy/check_*.go): a namespace labelled
+# pod-security.kubernetes.io/enforce=restricted refuses a pod that breaks any of these rules.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}
+
+
+def restricted_violations(pod):
+    """What in a pod spec the "restricted" Pod Security Standard refuses (empty: none)."""
+    bad = []
+    psc = pod.get("securityContext", {})
+    for v in pod.get("volumes", []):
+        kinds = set(v) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            bad.append(f"volume {v['name']}: {sorted(kinds - RESTRICTED_VOLUMES)}")
+    if psc.get("runAsUser") == 0:
+        bad.append("pod runAsUser 0")
+    for c in pod.get("containers", []) + pod.get("initContainers", []):
+        sc, name = c.get("securityContext", {}), c["name"]
+        if not sc.get("runAsNonRoot", psc.get("runAsNonRoot")):
+            bad.append(f"{name}: runAsNonRoot is not true")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            bad.append(f"{name}: runAsUser 0")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{name}: allowPrivilegeEscalation is not false")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            bad.append(f"{name}: capabilities.drop lacks ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad.append(f"{name}: capabilities.add {caps['add']}")
+        if sc.get("privileged"):
+            bad.append(f"{name}: privileged")
+        seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{name}: seccompProfile.type {seccomp}")
+    return bad
+
+
+def pod_templates():
+    """(where, pod spec) of every pod the example manifests make."""
+    for path in (MANIFEST, os.path.join(SRC, "examples", "kubernetes", "pytorchjob.yaml")):
+        for d in yaml.safe_load_all(open(path)):
+            if d and d["kind"] == "Deployment":
+                yield f"{os.path.basename(path)} Deployment", d["spec"]["template"]["spec"]
+            if d and d["kind"] == "PyTorchJob":
+                for role, rs in d["spec"]["pytorchReplicaSpecs"].items():
+                    yield f"{os.path.basename(path)} {role}", rs["template"]["spec"]
+
+
 def main():
+    for where, pod in pod_templates():
+        bad = restricted_violations(pod)
+        check(not bad, f"{where}: the pod meets the restricted Pod Security Standard {bad}")
     docs = {d["kind"]: d for d in yaml.safe_load_all(open(MANIFEST)) if d}
     check(set(docs) == {"PersistentVolumeClaim", "Deployment", "Service"},
           f"the manifest has a PVC, a Deployment and a Service ({sorted(docs)})")

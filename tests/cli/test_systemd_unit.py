@@ -2,7 +2,8 @@
 ExecStart= command, with the installed paths mapped to this build and a temporary directory and
 its ports to free ones, starts a ztraind that serves /healthz, refuses the API without the token
 that the unit passes through ZTRAIN_TOKEN_FILE and accepts it with it, and stops with exit 0 on
-the unit's KillSignal within its TimeoutStopSec. Also: every key of the unit is one this test
+the unit's KillSignal within its TimeoutStopSec; `systemd-analyze security --offline` rates its
+sandboxing 5.0 or better (OK) where it is installed. Also: every key of the unit is one this test
 knows the meaning of, so a new setting is looked at here before it ships.
 """
 import http.client
@@ -22,7 +23,11 @@ KNOWN = {
     "Unit": {"Description", "Documentation", "After", "Wants"},
     "Service": {"Type", "DynamicUser", "StateDirectory", "LoadCredential", "Environment",
                 "ExecStart", "KillSignal", "KillMode", "TimeoutStopSec", "Restart", "RestartSec",
-                "LimitNOFILE", "NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp"},
+                "LimitNOFILE", "NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp",
+                "CapabilityBoundingSet", "RestrictAddressFamilies", "ProtectKernelTunables",
+                "ProtectKernelModules", "ProtectControlGroups", "ProtectHostname",
+                "LockPersonality", "RestrictRealtime", "RestrictNamespaces",
+                "SystemCallArchitectures", "UMask"},
     "Install": {"WantedBy"},
 }
 ck = Checks()
@@ -53,8 +58,26 @@ def http_get(port, path, headers=None):
     return r.status
 
 
+def exposure():
+    """systemd's own rating of the unit's sandboxing (systemd-analyze security, 0 to 10, lower is
+    safer), or None where this systemd-analyze cannot rate a unit file offline."""
+    try:
+        r = subprocess.run(["systemd-analyze", "security", "--offline=yes", UNIT],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"Overall exposure level for \S+: ([\d.]+)", r.stdout)
+    return float(m.group(1)) if m else None
+
+
 def main():
     unit = read_unit()
+    level = exposure()
+    if level is None:
+        print("skip  systemd-analyze security --offline (systemd 250 or later) is not here")
+    else:
+        check(level <= 5.0, f"systemd-analyze security rates the unit {level} (at most 5.0, "
+              "\"OK\": the unit is sandboxed, not just run as another user)")
     for section, keys in unit.items():
         unknown = set(keys) - KNOWN.get(section, set())
         check(not unknown, f"[{section}]: every key is known ({sorted(unknown) or 'none unknown'})")

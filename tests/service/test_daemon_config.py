@@ -4,7 +4,8 @@
      the state, data and runs directories and the token file; flags after --config, written
      --flag=value, override its max-ranks. The ready line shows the file's directories and the
      command line's max-ranks, and the HTTP API refuses a request without the file's token and
-     answers one with it: the file's flags are really in force.
+     answers one with it: the file's flags are really in force. SIGHUP (a "reload") leaves it
+     serving and says the file is read only at start.
   b. Each kind of bad file, and --flag=value on a switch, exits 2 with a message that names the
      file and line (or the flag), and ztraind does not start.
   c. A second ztraind on a running one's state directory exits 1 naming the directory and the
@@ -15,9 +16,14 @@
      unspecified 0.0.0.0 each exit 2 at startup naming the flag (and the config file's line it
      came from) instead of starting and failing every job; 127.0.0.1 and this host's own name
      start (srun and scancel are stand-ins on PATH: nothing is submitted).
+  e. A runs root that ztraind's user cannot write (a volume owned by another uid: docs/deploy/
+     docker.md) exits 1 at start naming the directory and the uid, rather than starting "ready"
+     and failing every job with "cannot create directory"; made writable, ztraind starts. As
+     root (whom permissions do not stop) ztraind runs as nobody (65534) through setpriv.
 """
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -113,6 +119,15 @@ webhook-allow-private
                  f"c: a second ztraind on the state directory exits {r.returncode}: "
                  f"{r.stderr.strip()[-200:]!r}")
         ck.check(http_status(url, TOKEN) == 200, "c: the first daemon still answers")
+        # A `kill -HUP` meant as "reload the config" (nginx, sshd) reloads nothing: ztraind goes on
+        # and its message says the file is read only at start, not that there is none.
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        log = open(os.path.join(tmp, "ztraind.log"), errors="replace").read()
+        ck.check(proc.poll() is None and http_status(url, TOKEN) == 200
+                 and "SIGHUP ignored: flags and the --config file are read only at start" in log,
+                 f"a: SIGHUP leaves ztraind serving and says the config file is not reloaded: "
+                 f"{[l for l in log.splitlines() if 'SIGHUP' in l]}")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -238,8 +253,45 @@ def case_d(tmp):
         proc.wait(timeout=30)
 
 
+def case_e(tmp):
+    base = os.path.join(tmp, "perm")
+    state, runs = os.path.join(base, "state"), os.path.join(base, "runs")
+    for d in (base, state, runs):
+        os.makedirs(d)
+    os.chmod(tmp, 0o755)
+    os.chmod(base, 0o755)
+    as_user = []
+    if os.geteuid() == 0:
+        as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        os.chown(state, 65534, 65534)
+    os.chmod(runs, 0o555)
+    cmd = as_user + [tool("ztraind"), "--state-dir", state, "--runs-root", runs,
+                     "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        rc, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, err = "none: it started", str(e.stderr or "")
+    pattern = re.escape(runs) + r": not writable by uid \d+: Permission denied"
+    ck.check(rc == 1 and re.search(pattern, err) is not None,
+             f"e: an unwritable runs root stops ztraind at start: exit {rc}, {err.strip()[-240:]!r}")
+    os.chmod(runs, 0o777)
+    log = os.path.join(base, "ok.log")
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    ready, deadline = None, time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None and not ready:
+        ready = re.search(r"ztraind: ready .*", open(log, errors="replace").read())
+        time.sleep(0.05)
+    ck.check(ready is not None, f"e: a writable runs root starts "
+             f"({open(log, errors='replace').read().strip()[-200:] if not ready else 'ready'})")
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
 tmp = temp_dir("ztrain-daemon-config-")
 case_a(tmp)
 case_b(tmp)
 case_d(tmp)
+case_e(tmp)
 ck.done()
