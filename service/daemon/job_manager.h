@@ -60,6 +60,8 @@ bool zt_job_state_terminal(zt_job_state s);
 #define ZT_ERR_CONFLICT (-102)
 /* The server cannot do it now, and may later: its state file cannot be written (a full disk). */
 #define ZT_ERR_UNAVAILABLE (-104)
+/* The caller's token may not do it to a job another token submitted (PERMISSION_DENIED). */
+#define ZT_ERR_PERMISSION (-105)
 
 /* The longest idempotency key, in bytes; a key is printable UTF-8 (engine/include/ztrain/text.h). */
 #define ZT_IDEMPOTENCY_KEY_MAX 256
