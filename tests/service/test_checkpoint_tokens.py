@@ -16,11 +16,13 @@ with a real ztraind and three tokens: two of scope submit (A's and B's) and an a
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from svc import BUILD, TERMINAL, Checker, Daemon, spec_proto, stubs, temp_dir, tiny_job  # noqa: E402
+from svc import (BUILD, TERMINAL, Checker, Daemon, spec_proto, stubs, temp_dir,  # noqa: E402
+                 tiny_job)
 
 import grpc  # noqa: E402
 
@@ -55,7 +57,6 @@ def submit_http(d, job, token):
 
 
 def wait_ended(d, job_id, timeout=120):
-    import time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         j = d.stub().GetJob(pb.GetJobRequest(id=job_id), metadata=md(ADMIN), timeout=10)
