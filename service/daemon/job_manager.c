@@ -277,11 +277,16 @@ static void log_config_notes(zt_jobs *jm, job *j, const zt_job_spec *spec) {
     }
 }
 
-static job *find_by_key(zt_jobs *jm, const char *key) {
+/* The job that idempotency key `key` names for submitter `by` (NULL: a daemon without tokens):
+ * keys are each token's own, so that another token's job is never the answer to a retry, and a
+ * key another token took is still free. */
+static job *find_by_key(zt_jobs *jm, const char *key, const zt_submitter *by) {
     if (!key || !key[0])
         return NULL;
+    const char *who = by ? by->identity : "";
     for (int i = jm->n_jobs - 1; i >= 0; i--)
-        if (strcmp(jm->jobs[i]->info.idempotency_key, key) == 0)
+        if (strcmp(jm->jobs[i]->info.idempotency_key, key) == 0 &&
+            strcmp(jm->jobs[i]->info.submitter.identity, who) == 0)
             return jm->jobs[i];
     return NULL;
 }
@@ -548,7 +553,7 @@ static zt_status submit_as(zt_jobs *jm, const char *spec_json, const char *key,
     pthread_mutex_lock(&jm->mu);
     /* A twin with the same key may have won the race while the spec was checked: its answer is
      * the answer. */
-    job *twin = find_by_key(jm, key);
+    job *twin = find_by_key(jm, key, by);
     *raced = !twin && !taken && jm->last_number + 1 != number;
     bool full = !twin && !*raced && live_jobs(jm) >= jm->cfg.max_jobs;
     /* Judged under the same lock as the insert: two submits cannot take one directory. */
@@ -603,7 +608,7 @@ zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idem
     ZT_TRY(check_key(key));
     for (;;) {
         pthread_mutex_lock(&jm->mu);
-        job *known = find_by_key(jm, key);
+        job *known = find_by_key(jm, key, by);
         if (known)
             return answer_known_job(jm, spec_json, key, known, info);   /* unlocks */
         /* Checked here so that a full server says so before the spec is judged, and again in
