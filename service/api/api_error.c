@@ -284,6 +284,20 @@ void zt_api_error_from_status(zt_api_error *e, int s, const char *message, const
         e->kind = ZT_DETAIL_ERROR_INFO;
         copy(e->reason, sizeof e->reason, "STATE_FILE_UNWRITABLE");
         break;
+    case ZT_ERR_PERMISSION: {
+        /* Another token's job ("... of jobs/job-000007, which another token submitted"), as a
+         * cancel of it is refused (submitter.h). */
+        e->kind = ZT_DETAIL_ERROR_INFO;
+        copy(e->reason, sizeof e->reason, "NOT_JOB_SUBMITTER");
+        char job[sizeof e->resource] = "";
+        const char *at = strstr(e->message, "jobs/");
+        if (at)
+            named_job(at + 5, job, sizeof job);
+        if (job[0])
+            zt_api_error_meta(e, "job", job);
+        zt_api_error_meta(e, "requiredScope", "admin");
+        break;
+    }
     default:
         break;
     }

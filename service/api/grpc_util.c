@@ -84,6 +84,7 @@ grpc_status_code zt_grpc_status_from_zt(int s) {
     case ZT_ERR_CONFLICT: return GRPC_STATUS_ALREADY_EXISTS;
     case ZT_ERR_TIMEOUT: return GRPC_STATUS_DEADLINE_EXCEEDED;
     case ZT_ERR_UNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
+    case ZT_ERR_PERMISSION: return GRPC_STATUS_PERMISSION_DENIED;
     default: return GRPC_STATUS_INTERNAL;
     }
 }

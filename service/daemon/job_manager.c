@@ -277,11 +277,16 @@ static void log_config_notes(zt_jobs *jm, job *j, const zt_job_spec *spec) {
     }
 }
 
-static job *find_by_key(zt_jobs *jm, const char *key) {
+/* The job that idempotency key `key` names for submitter `by` (NULL: a daemon without tokens):
+ * keys are each token's own, so that another token's job is never the answer to a retry, and a
+ * key another token took is still free. */
+static job *find_by_key(zt_jobs *jm, const char *key, const zt_submitter *by) {
     if (!key || !key[0])
         return NULL;
+    const char *who = by ? by->identity : "";
     for (int i = jm->n_jobs - 1; i >= 0; i--)
-        if (strcmp(jm->jobs[i]->info.idempotency_key, key) == 0)
+        if (strcmp(jm->jobs[i]->info.idempotency_key, key) == 0 &&
+            strcmp(jm->jobs[i]->info.submitter.identity, who) == 0)
             return jm->jobs[i];
     return NULL;
 }
@@ -333,12 +338,50 @@ static bool under(const char *a, const char *b) {
     return strncmp(a, b, n) == 0 && (a[n] == '/' || a[n] == '\0');
 }
 
-/* Whether a new job `id` may write its checkpoints in `ckpt` (the lock held): never where a
- * job that is not over writes its own, nor inside another job's run directory, except that
- * job's own checkpoint directory once it has ended (resuming it is how a job continues). Were
- * either allowed, the other job's `latest` could name a checkpoint it never wrote and its next
- * restart would resume from it (issue 34, defect 7). */
-static zt_status check_ckpt_dir(const zt_jobs *jm, const char *id, const char *ckpt) {
+/* Whether the submitter `by` may write where the ended job `o` first wrote its checkpoints: on
+ * a daemon without tokens (by NULL) anyone, else an admin, or the token that submitted `o` (so
+ * that an admin's resume of it leaves it that token's). A job from before jobs recorded their
+ * submitter is nobody's, as for cancelling it. */
+static bool may_write_after(const zt_job_info *o, const zt_submitter *by) {
+    return !by || strcmp(by->scope, "admin") == 0 ||
+           (o->submitter.identity[0] && strcmp(o->submitter.identity, by->identity) == 0);
+}
+
+/* The job other than `id` that first wrote where `ckpt` lies (the lock held): the oldest whose
+ * checkpoint or run directory overlaps it, or NULL. */
+static const zt_job_info *first_writer(const zt_jobs *jm, const char *id, const char *ckpt) {
+    const zt_job_info *first = NULL;
+    for (int i = 0; i < jm->n_jobs; i++) {
+        const zt_job_info *o = &jm->jobs[i]->info;
+        bool overlaps = (o->checkpoint_dir && (under(ckpt, o->checkpoint_dir) ||
+                                               under(o->checkpoint_dir, ckpt))) ||
+                        (o->run_dir && (under(ckpt, o->run_dir) || under(o->run_dir, ckpt)));
+        if (overlaps && strcmp(o->id, id) != 0 && (!first || o->created_ms < first->created_ms))
+            first = o;
+    }
+    return first;
+}
+
+/* Whether a new job `id` of submitter `by` may write its checkpoints in `ckpt` (the lock
+ * held): never where a job that is not over writes its own, nor inside another job's run
+ * directory, except that job's own checkpoint directory once it has ended (resuming it is how
+ * a job continues), and that only for the token that submitted it or an admin. Were any of it
+ * allowed, the other job's `latest` could name a checkpoint it never wrote and its next
+ * restart would resume from it (issue 34, defect 7), another token's weights included. */
+static zt_status check_ckpt_dir(const zt_jobs *jm, const char *id, const char *ckpt,
+                                const zt_submitter *by) {
+    const zt_job_info *first = first_writer(jm, id, ckpt);
+    if (first && zt_job_state_terminal(first->state) && !may_write_after(first, by)) {
+        bool in_ckpt = first->checkpoint_dir && (under(ckpt, first->checkpoint_dir) ||
+                                                 under(first->checkpoint_dir, ckpt));
+        return zt_error(ZT_ERR_PERMISSION, "train.checkpoint_dir: %s overlaps the %s of "
+                        "jobs/%s, which %s submitted; this token's scope is %s: it writes "
+                        "only into the checkpoints of jobs it submitted (fork_from reads "
+                        "another's), writing into this one needs admin", ckpt,
+                        in_ckpt ? "checkpoint directory" : "run directory", first->id,
+                        first->submitter.identity[0] ? "another token" : "no recorded token",
+                        by->scope);
+    }
     for (int i = 0; i < jm->n_jobs; i++) {
         const zt_job_info *o = &jm->jobs[i]->info;
         if (strcmp(o->id, id) == 0)
@@ -360,6 +403,35 @@ static zt_status check_ckpt_dir(const zt_jobs *jm, const char *id, const char *c
                             o->run_dir, o->checkpoint_dir ? o->checkpoint_dir : "none");
     }
     return ZT_OK;
+}
+
+/* Whether a new job `id` may write a DeepSpeed monitor's files (`field`, e.g. "tensorboard") in
+ * `dir` (the lock held): never inside another job's run or checkpoint directory, where its event
+ * files would join that job's TensorBoard export and its CSV files that job's directory. */
+static zt_status check_monitor_dir(const zt_jobs *jm, const char *id, const char *field,
+                                   const zt_monitor_output *m) {
+    for (int i = 0; m->enabled && i < jm->n_jobs; i++) {
+        const zt_job_info *o = &jm->jobs[i]->info;
+        if (strcmp(o->id, id) == 0)
+            continue;
+        bool in_run = o->run_dir && under(m->dir, o->run_dir);
+        if (in_run || (o->checkpoint_dir && under(m->dir, o->checkpoint_dir)))
+            return zt_error(ZT_ERR_INVALID, "deepspeed.%s output_path/job_name: %s is inside the "
+                            "%s of jobs/%s; a job writes its monitor files only outside other "
+                            "jobs' directories (by default in its own run directory)", field,
+                            m->dir, in_run ? "run directory" : "checkpoint directory", o->id);
+    }
+    return ZT_OK;
+}
+
+/* Whether the directories a new job writes (checkpoints, monitor files) leave other jobs' alone
+ * (the lock held). */
+static zt_status check_write_dirs(const zt_jobs *jm, const char *id, const zt_job_spec *spec,
+                                  const zt_submitter *by) {
+    if (spec->train.checkpoint_dir)
+        ZT_TRY(check_ckpt_dir(jm, id, spec->train.checkpoint_dir, by));
+    ZT_TRY(check_monitor_dir(jm, id, "tensorboard", &spec->ds.monitor.tensorboard));
+    return check_monitor_dir(jm, id, "csv_monitor", &spec->ds.monitor.csv);
 }
 
 /* Whether two resolved specs say the same thing: the same keys with the same values, in any
@@ -481,12 +553,11 @@ static zt_status submit_as(zt_jobs *jm, const char *spec_json, const char *key,
     pthread_mutex_lock(&jm->mu);
     /* A twin with the same key may have won the race while the spec was checked: its answer is
      * the answer. */
-    job *twin = find_by_key(jm, key);
+    job *twin = find_by_key(jm, key, by);
     *raced = !twin && !taken && jm->last_number + 1 != number;
     bool full = !twin && !*raced && live_jobs(jm) >= jm->cfg.max_jobs;
     /* Judged under the same lock as the insert: two submits cannot take one directory. */
-    zt_status ck = twin || *raced || full || !spec.train.checkpoint_dir
-                       ? ZT_OK : check_ckpt_dir(jm, id, spec.train.checkpoint_dir);
+    zt_status ck = twin || *raced || full ? ZT_OK : check_write_dirs(jm, id, &spec, by);
     /* The job is written to the state file before it exists anywhere else: a job the file does
      * not hold would run, then vanish at the next restart and its id go to another job, which
      * would append to its run directory. */
@@ -537,7 +608,7 @@ zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idem
     ZT_TRY(check_key(key));
     for (;;) {
         pthread_mutex_lock(&jm->mu);
-        job *known = find_by_key(jm, key);
+        job *known = find_by_key(jm, key, by);
         if (known)
             return answer_known_job(jm, spec_json, key, known, info);   /* unlocks */
         /* Checked here so that a full server says so before the spec is judged, and again in

@@ -60,6 +60,8 @@ bool zt_job_state_terminal(zt_job_state s);
 #define ZT_ERR_CONFLICT (-102)
 /* The server cannot do it now, and may later: its state file cannot be written (a full disk). */
 #define ZT_ERR_UNAVAILABLE (-104)
+/* The caller's token may not do it to a job another token submitted (PERMISSION_DENIED). */
+#define ZT_ERR_PERMISSION (-105)
 
 /* The longest idempotency key, in bytes; a key is printable UTF-8 (engine/include/ztrain/text.h). */
 #define ZT_IDEMPOTENCY_KEY_MAX 256
@@ -214,8 +216,9 @@ void zt_jobs_destroy(zt_jobs *jm);
  * be written to the state file, so it was not queued and took no id. */
 zt_status zt_jobs_submit(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
                          zt_job_info *info);
-/* zt_jobs_submit, the job recording who submitted it (by may be NULL: nobody known). A key
- * that names a job already answers that job, whoever submitted it. */
+/* zt_jobs_submit, the job recording who submitted it (by may be NULL: nobody known). Keys are
+ * each submitter's own: a key answers only a job of the same submitter (the same token, or
+ * none), so another token can neither take over a retry nor block a key. */
 zt_status zt_jobs_submit_by(zt_jobs *jm, const char *spec_json, const char *idempotency_key,
                             const zt_submitter *by, zt_job_info *info);
 

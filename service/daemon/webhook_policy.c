@@ -74,18 +74,42 @@ static bool pattern_matches(const char *pattern, const char *host, long port) {
     return strlen(host) == n && strncasecmp(host, pattern, n) == 0;
 }
 
+/* The IPv4 address an IPv6 one carries to an IPv4 host, written into v4: IPv4-mapped
+ * (::ffff:0:0/96), IPv4-compatible (::/96, but :: and ::1), NAT64's well-known prefix
+ * (64:ff9b::/96, RFC 6052), 6to4 (2002::/16, RFC 3056) and Teredo's client (2001::/32, its
+ * bits inverted, RFC 4380). A host with such a route reaches that IPv4 address through it. */
+static bool embedded_ipv4(const uint8_t a[16], uint8_t v4[4]) {
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b};
+    static const uint8_t zero[12] = {0};
+    bool compat = memcmp(a, zero, 12) == 0 && (a[12] | a[13] | a[14] || a[15] > 1);
+    if (memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0 || compat) {
+        memcpy(v4, a + 12, 4);
+        return true;
+    }
+    if (a[0] == 0x20 && a[1] == 0x02) {
+        memcpy(v4, a + 2, 4);
+        return true;
+    }
+    if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0 && a[3] == 0) {
+        for (int i = 0; i < 4; i++)
+            v4[i] = (uint8_t)~a[12 + i];
+        return true;
+    }
+    return false;
+}
+
 bool zt_webhook_address_private(const struct sockaddr *sa) {
     if (sa->sa_family == AF_INET6) {
         const uint8_t *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        if (memcmp(a, mapped, 12) == 0) {
-            struct sockaddr_in v4 = {.sin_family = AF_INET};
-            memcpy(&v4.sin_addr, a + 12, 4);
+        struct sockaddr_in v4 = {.sin_family = AF_INET};
+        if (embedded_ipv4(a, (uint8_t *)&v4.sin_addr))
             return zt_webhook_address_private((const struct sockaddr *)&v4);
-        }
         static const uint8_t zero[15] = {0};
+        static const uint8_t nat64_local[6] = {0, 0x64, 0xff, 0x9b, 0, 1};
         bool loop_or_any = memcmp(a, zero, 15) == 0 && (a[15] == 0 || a[15] == 1);
-        return loop_or_any || (a[0] & 0xfe) == 0xfc /* fc00::/7 */ ||
+        return loop_or_any || memcmp(a, nat64_local, 6) == 0 /* 64:ff9b:1::/48, RFC 8215 */ ||
+               (a[0] & 0xfe) == 0xfc /* fc00::/7 */ ||
                (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) /* fe80::/10 */ ||
                (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) /* fec0::/10, site-local */ ||
                a[0] == 0xff /* multicast */;

@@ -51,7 +51,9 @@ zt_status zt_webhook_policy_secret(const zt_webhook_policy *p, const char *name,
                                    const char *field);
 
 /* Whether an address is one a job's delivery may not reach by default: loopback, private,
- * link-local, CGNAT, unspecified, multicast, broadcast (IPv4, IPv6 and IPv4-mapped IPv6). */
+ * link-local, CGNAT, unspecified, multicast, broadcast (IPv4 and IPv6), and an IPv6 address that
+ * carries such an IPv4 one (IPv4-mapped or -compatible, NAT64 64:ff9b::/96, 6to4, Teredo) or
+ * is NAT64's local-use 64:ff9b:1::/48, whose IPv4 address it cannot tell. */
 bool zt_webhook_address_private(const struct sockaddr *sa);
 
 /* For one delivery attempt to a job's `url`: resolves its host and picks the first address the

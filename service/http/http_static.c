@@ -52,6 +52,15 @@ static const char *content_type(const char *path) {
     return "application/octet-stream";
 }
 
+/* What the dashboard's pages may do, whatever a job's name, log line or metric holds: run only
+ * its own scripts, talk only to this server, and never be framed by another site's page (where
+ * a transparent frame would take the clicks meant for it, "Cancel" included). Inline styles stay
+ * allowed: Chart.js sizes its canvases with them. */
+static const char dashboard_csp[] =
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'";
+
 enum MHD_Result zt_http_serve_file(struct MHD_Connection *c, const char *dir, const char *rel,
                                    const char *cache) {
     char path[PATH_MAX];
@@ -74,5 +83,8 @@ enum MHD_Result zt_http_serve_file(struct MHD_Connection *c, const char *dir, co
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type(rel));
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, cache);
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Content-Security-Policy", dashboard_csp);
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
     return zt_http_queue(c, MHD_HTTP_OK, r);
 }

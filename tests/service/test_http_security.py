@@ -16,6 +16,9 @@ that serves the attacker's page on another origin.
      http://127.0.0.1:P (another origin) is still refused; the named Host is served.
   c. Listening on 0.0.0.0: any IP address and localhost as Host are served, any other name is
      421 unless it was given with --http-host.
+  e. The dashboard's pages carry a Content-Security-Policy (its own scripts only, no framing
+     by other sites) and X-Frame-Options DENY: Chromium refuses to show it in another origin's
+     iframe, and the dashboard on its own origin loads without a CSP refusal.
   d. Malformed flag values (a wildcard origin, an origin with a path, a Host with a port) stop
      ztraind at start with a message naming the value."""
 import http.client
@@ -97,6 +100,7 @@ def start_browser():
               f"--host-resolver-rules=MAP {REBIND} 127.0.0.1",
               "--disable-features=HttpsUpgrades"):
         o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})   # CSP refusals are logged there
     drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
     drv.set_script_timeout(30)
     return drv
@@ -297,6 +301,56 @@ def case_flags():
                  f"d: {flag} {value!r} stops ztraind at start ({last})")
 
 
+FRAME_JS = """
+const [url, done] = arguments;
+const f = document.createElement('iframe');
+f.src = url;
+f.onload = () => setTimeout(() => done(true), 1500);
+document.body.append(f);"""
+
+
+def csp_directives(value):
+    """{directive: [sources]} of a Content-Security-Policy header (CSP Level 3, 2.2.1)."""
+    out = {}
+    for part in (value or "").split(";"):
+        words = part.split()
+        if words:
+            out.setdefault(words[0].lower(), words[1:])
+    return out
+
+
+def case_framing(drv, page_port):
+    """e. The dashboard's pages carry a Content-Security-Policy that runs only its own scripts and
+    lets no other site frame them (frame-ancestors 'none', and X-Frame-Options DENY for older
+    browsers): a page on another origin that puts the dashboard in an iframe, to take a click
+    on Cancel through a transparent frame, gets it refused by the browser; the dashboard on its
+    own origin loads with no CSP refusal in the console."""
+    with Daemon(BUILD, temp_dir("ztrain-websec-e-")) as d:
+        api = f"http://127.0.0.1:{d.http_port}"
+        for path in ("/", "/static/app.js"):
+            s, h, _ = raw(d.http_port, "GET", path)
+            csp = csp_directives(h.get("Content-Security-Policy"))
+            ck.check(s == 200 and csp.get("frame-ancestors") == ["'none'"] and
+                     csp.get("script-src") == ["'self'"] and csp.get("object-src") == ["'none'"]
+                     and (h.get("X-Frame-Options") or "").upper() == "DENY",
+                     f"e: GET {path}: CSP {h.get('Content-Security-Policy')!r}, X-Frame-Options "
+                     f"{h.get('X-Frame-Options')!r}")
+        drv.get_log("browser")
+        drv.get(f"http://localhost:{page_port}/")
+        drv.execute_async_script(FRAME_JS, api + "/")
+        refused = [e["message"] for e in drv.get_log("browser") if "frame" in e["message"] and
+                   "frame-ancestors" in e["message"]]
+        ck.check(bool(refused), f"e: the browser refuses to show the dashboard in another "
+                 f"site's frame ({refused[:1]})")
+        drv.get(api + "/")
+        drv.execute_async_script("setTimeout(arguments[0], 1500)")
+        csp_errors = [e["message"] for e in drv.get_log("browser")
+                      if "Content Security Policy" in e["message"]]
+        ck.check(not csp_errors and "ztrain" in drv.title.lower(),
+                 f"e: the dashboard itself loads ({drv.title!r}) without CSP refusals "
+                 f"({csp_errors[:2]})")
+
+
 def main():
     page = ThreadingHTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=page.serve_forever, daemon=True).start()
@@ -304,6 +358,7 @@ def main():
     try:
         case_default(drv, page.server_address[1])
         case_allowed(drv, page.server_address[1])
+        case_framing(drv, page.server_address[1])
     finally:
         drv.quit()
         page.shutdown()

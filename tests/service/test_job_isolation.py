@@ -10,6 +10,10 @@ became that job's `latest`, and that job's next automatic restart resumed from t
   c. Once job E has ended, a new job may resume from E's checkpoint directory (how a cancelled job
      continues, README), but not write elsewhere in E's run directory nor in a directory that
      holds it, and the refusal says which of the two it is.
+  e. A DeepSpeed monitor (tensorboard, csv_monitor) writing inside A's run or checkpoint
+     directory, or an ended job's run directory, is INVALID_ARGUMENT naming the key and the job;
+     one of its own elsewhere in the runs root is taken; A's TensorBoard directory holds only
+     A's own event file (on main a second job's was there, and in A's tensorboard.tar).
   d. A's checkpoints are all A's own: every meta.json under its checkpoint directory is from A's
      run (nothing else wrote there)."""
 import os
@@ -80,6 +84,29 @@ with Daemon(BUILD, temp_dir("ztrain-iso-"), max_ranks=2) as d:
     ck.check(r.startswith("INVALID_ARGUMENT") and
              f"contains the run directory of jobs/{e.id}" in r and "is inside" not in r,
              f"c: a directory holding an ended job's run directory is refused: {r}")
+
+    # e. DeepSpeed's monitors write where output_path/job_name say, inside the runs root: not
+    # in another job's run or checkpoint directory. Put in A's, the intruder's event files
+    # became part of A's TensorBoard export (tensorboard.tar).
+    tb_dir = os.path.join(a.run_dir, "tensorboard")
+    for key, out, name, whose in (("tensorboard", a.run_dir, "tensorboard", a.id),
+                                  ("csv_monitor", a.checkpoint_dir, "csv", a.id),
+                                  ("tensorboard", e.run_dir, "", e.id)):
+        job = tiny_job(d.data_root, name="monitor-intruder", max_steps=3)
+        job["deepspeed"][key] = {"enabled": True, "output_path": out, "job_name": name}
+        r = refusal(d, job)
+        ck.check(r.startswith("INVALID_ARGUMENT") and f"deepspeed.{key} output_path" in r and
+                 f"jobs/{whose}" in r, f"e: {key} in {out} is refused: {r}")
+        if r.startswith("taken"):
+            wait_state(d, r.split()[1], TERMINAL, timeout=120)
+    job = tiny_job(d.data_root, name="monitor-elsewhere", max_steps=3)
+    job["deepspeed"]["tensorboard"] = {"enabled": True, "output_path": "tb-elsewhere"}
+    r = refusal(d, job)
+    ck.check(r.startswith("taken"), f"e: a monitor directory of its own is taken: {r}")
+    if r.startswith("taken"):
+        wait_state(d, r.split()[1], TERMINAL, timeout=120)
+    events = sorted(os.listdir(tb_dir)) if os.path.isdir(tb_dir) else []
+    ck.check(len(events) == 1, f"e: A's TensorBoard directory holds only A's event file: {events}")
 
     d.stub().CancelJob(pb.CancelJobRequest(id=a.id), timeout=30)
     a = wait_state(d, a.id, TERMINAL, timeout=120)
