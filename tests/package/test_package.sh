@@ -11,7 +11,10 @@
 #   - the demo job from /usr/share/doc/ztrain/examples/demo trains (its data made from the
 #     installed documentation, since the package holds no C sources) and samples;
 #   - ztraind with no --web-dir serves the dashboard and Debian's Chart.js, and the job through
-#     the CLI's submit/watch.
+#     the CLI's submit/watch;
+# and then the maintainer scripts for ztraind.service, on upgrade, remove and purge, with and
+# without systemd (tests/package/check_maintainer_scripts.sh), and lintian's verdict on the .deb
+# where lintian is installed.
 # Needs root (chroot, mounts) and a Debian mirror. Usage: tests/package/test_package.sh [JOBS]
 set -euo pipefail
 root_dir="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -129,4 +132,14 @@ echo "ok    a job submitted to the installed ztraind succeeds"
 kill -TERM $daemon; wait $daemon
 EOF
 in_root bash /tmp/check.sh
+"$root_dir/tests/package/check_maintainer_scripts.sh" "$chroot_dir" "/tmp/$(basename "$deb")"
+if command -v lintian > /dev/null; then
+  # Its errors about the maintainer scripts fail; the rest are shown (CPack's .deb has no
+  # changelog or copyright file, which lintian counts as errors too).
+  tags="$(lintian "$deb" 2>&1 || true)"
+  echo "$tags"
+  ! grep -E '^E: .*(maintainer-script|postinst|prerm|postrm|systemd)' <<<"$tags" \
+    || { echo "test-package: FAIL: lintian on the maintainer scripts"; exit 1; }
+  echo "ok    lintian finds no error in the maintainer scripts"
+fi
 echo "test-package: PASSED"
