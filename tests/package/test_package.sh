@@ -11,7 +11,10 @@
 #   - the demo job from /usr/share/doc/ztrain/examples/demo trains (its data made from the
 #     installed documentation, since the package holds no C sources) and samples;
 #   - ztraind with no --web-dir serves the dashboard and Debian's Chart.js, and the job through
-#     the CLI's submit/watch.
+#     the CLI's submit/watch;
+# and then the maintainer scripts for ztraind.service, on upgrade, remove and purge, with and
+# without systemd (tests/package/check_maintainer_scripts.sh), and lintian's verdict on the .deb
+# where lintian is installed.
 # Needs root (chroot, mounts) and a Debian mirror. Usage: tests/package/test_package.sh [JOBS]
 set -euo pipefail
 root_dir="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -27,6 +30,12 @@ make -C "$root_dir" package JOBS="$jobs" PACKAGE_BUILD="$build" > "$log" 2>&1 \
 rm -f "$log"
 deb="$(ls "$build"/ztrain_*.deb)"
 echo "test-package: $(basename "$deb"): $(dpkg-deb -f "$deb" Depends)"
+# The control file's description as `apt show` prints it: continuation lines of text (Debian
+# policy 5.6.13), none beginning with the ';' of a CMake list, none over 80 characters.
+description="$(dpkg-deb -f "$deb" Description)"
+! grep -nE '^ ?;|.{81}' <<<"$description" \
+  || { echo "test-package: FAIL: the package's Description has a line above"; exit 1; }
+echo "ok    the package's Description is $(wc -l <<<"$description") lines of text"
 
 # The packaged programs, before anything is installed: they must run on any x86-64 CPU (no
 # -march=native code outside the kernels picked at run time) and find the installed dashboard.
@@ -87,10 +96,17 @@ for f in /usr/bin/ztrain /usr/bin/ztraind /usr/bin/ztrain-worker \
          /usr/share/man/man1/ztrain-worker.1.gz \
          /usr/share/bash-completion/completions/ztrain /usr/share/zsh/vendor-completions/_ztrain \
          /usr/lib/systemd/system/ztraind.service /usr/share/ztrain/web/index.html \
-         /usr/share/doc/ztrain/examples/demo/job.json /usr/share/doc/ztrain/LICENSE; do
+         /usr/share/doc/ztrain/examples/demo/job.json /usr/share/doc/ztrain/LICENSE \
+         /usr/share/doc/ztrain/copyright; do
   [ -e "$f" ] || fail "$f is not installed"
 done
 echo "ok    the programs, man pages, completions, unit, dashboard and examples are installed"
+head -1 /usr/share/doc/ztrain/copyright \
+  | grep -qx 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' \
+  || fail "/usr/share/doc/ztrain/copyright is not in Debian's copyright format"
+grep -q '/usr/share/common-licenses/Apache-2.0' /usr/share/doc/ztrain/copyright \
+  || fail "/usr/share/doc/ztrain/copyright does not name /usr/share/common-licenses/Apache-2.0"
+echo "ok    /usr/share/doc/ztrain/copyright is in Debian's format"
 ztrain --version && ztraind --version && ztrain-worker --version
 
 mkdir -p /tmp/demo && cp /usr/share/doc/ztrain/examples/demo/*.json /tmp/demo/
@@ -129,4 +145,15 @@ echo "ok    a job submitted to the installed ztraind succeeds"
 kill -TERM $daemon; wait $daemon
 EOF
 in_root bash /tmp/check.sh
+"$root_dir/tests/package/check_maintainer_scripts.sh" "$chroot_dir" "/tmp/$(basename "$deb")"
+if command -v lintian > /dev/null; then
+  # Its errors about the maintainer scripts fail; the rest are shown (known: no changelog, the
+  # programs unstripped, as check_portable.py reads their symbols, OpenBLAS's RUNPATH, the
+  # maintainer's address).
+  tags="$(lintian "$deb" 2>&1 || true)"
+  echo "$tags"
+  ! grep -E '^E: .*(maintainer-script|postinst|prerm|postrm|systemd)' <<<"$tags" \
+    || { echo "test-package: FAIL: lintian on the maintainer scripts"; exit 1; }
+  echo "ok    lintian finds no error in the maintainer scripts"
+fi
 echo "test-package: PASSED"
