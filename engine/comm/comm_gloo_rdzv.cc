@@ -381,7 +381,9 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
         return zt_error(ZT_ERR_NOMEM, "gloo communicator: out of memory");
     zt_comm_init_header(&c->comm, &zt_comm_gloo_ops, d, timeout_s);
     c->timeout_ms = std::max<int64_t>(1, int64_t(timeout_s * 1e3));
-    c->store_addr = std::string(d->master_addr) + ":" + std::to_string(d->master_port);
+    char store_at[sizeof d->master_addr + 16];
+    zt_dist_endpoint(d->master_addr, d->master_port, store_at, sizeof store_at);
+    c->store_addr = store_at;
     c->hosts.assign(size_t(d->world_size), "");
 
     std::string addr;

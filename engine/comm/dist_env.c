@@ -111,17 +111,24 @@ static int slurm_tasks_on_node(const char *s, int node) {
     return node < 0 && !mixed ? uniform : -1;
 }
 
-/* The first host of a Slurm host list ("gpu[003-005,007],cpu1" -> "gpu003"): Slurm starts task 0
- * of a step on the first node of its list, so that host is where rank 0 listens. */
+/* The first host of a Slurm host list: Slurm starts task 0 of a step on the first node of its
+ * list, so that host is where rank 0 listens. Each bracketed range of the first name gives its
+ * first value, and what follows a range stays part of the name, as Slurm's hostlist expands it:
+ * "gpu[003-005,007],cpu1" -> "gpu003", "n[1-4]-ib" -> "n1-ib", "rack[0-1]_blade[07-09]" ->
+ * "rack0_blade07". */
 static void slurm_first_host(const char *list, char *out, size_t cap) {
     size_t n = 0;
-    const char *p = list;
-    while (*p && *p != ',' && *p != '[' && n + 1 < cap)
-        out[n++] = *p++;
-    if (*p == '[') {
-        p++;
-        while (isdigit((unsigned char)*p) && n + 1 < cap)
-            out[n++] = *p++;
+    for (const char *p = list; *p && *p != ',' && n + 1 < cap; p++) {
+        if (*p != '[') {
+            out[n++] = *p;
+            continue;
+        }
+        for (p++; *p && *p != '-' && *p != ',' && *p != ']' && n + 1 < cap; p++)
+            out[n++] = *p;
+        while (*p && *p != ']')
+            p++;
+        if (!*p)
+            break;
     }
     out[n] = '\0';
 }
@@ -272,6 +279,11 @@ static zt_status read_slurm(zt_dist_info *d) {
     return ZT_OK;
 }
 
+void zt_dist_endpoint(const char *host, int port, char *out, size_t cap) {
+    bool ipv6 = strchr(host, ':') != NULL;
+    snprintf(out, cap, "%s%s%s:%d", ipv6 ? "[" : "", host, ipv6 ? "]" : "", port);
+}
+
 zt_status zt_dist_from_env(zt_dist_info *d) {
     memset(d, 0, sizeof *d);
     d->world_size = 1;
@@ -289,10 +301,17 @@ zt_status zt_dist_from_env(zt_dist_info *d) {
 
     const char *addr = zt_dist_env("MASTER_ADDR");
     if (addr) {
-        if (strlen(addr) >= sizeof d->master_addr)
+        size_t len = strlen(addr);
+        bool bracketed = len >= 2 && addr[0] == '[' && addr[len - 1] == ']';
+        if (bracketed) {
+            addr++;
+            len -= 2;
+        }
+        if (len >= sizeof d->master_addr)
             return zt_error(ZT_ERR_INVALID, "MASTER_ADDR is longer than %zu characters",
                             sizeof d->master_addr - 1);
-        strcpy(d->master_addr, addr);
+        memcpy(d->master_addr, addr, len);
+        d->master_addr[len] = '\0';
     }
     if (zt_dist_env("MASTER_PORT"))
         snprintf(d->port_origin, sizeof d->port_origin, "MASTER_PORT");

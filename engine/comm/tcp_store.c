@@ -164,7 +164,7 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
     }
     c->fd = -1;
     c->timeout_s = timeout_s;
-    snprintf(c->where, sizeof c->where, "%s:%d", host, port);
+    zt_dist_endpoint(host, port, c->where, sizeof c->where);
     /* Until the deadline: every address in turn, then a pause and again. A refusal means rank 0
      * is not listening yet; an unreachable network may come up (a link being configured). */
     int err = 0;

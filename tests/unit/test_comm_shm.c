@@ -1428,6 +1428,17 @@ static void test_dist_env(void) {
     set_env((const char *const[]){"ZTRAIN_RUN_ID=mine", "TORCHELASTIC_RUN_ID=abc", NULL});
     CHECK(zt_dist_from_env(&d) == ZT_OK && strcmp(d.run_id, "mine") == 0);
 
+    /* An IPv6 MASTER_ADDR in brackets, as URLs write it, is the address without them; messages
+     * write it so again, with the port after the bracket. */
+    set_env((const char *const[]){"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=[fd00::1]", NULL});
+    CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, "fd00::1") == 0, "'%s'",
+           d.master_addr);
+    char at[64];
+    zt_dist_endpoint(d.master_addr, 29500, at, sizeof at);
+    CHECKF(strcmp(at, "[fd00::1]:29500") == 0, "%s", at);
+    zt_dist_endpoint("10.0.0.1", 29500, at, sizeof at);
+    CHECKF(strcmp(at, "10.0.0.1:29500") == 0, "%s", at);
+
     /* Kubeflow: one process per pod, no LOCAL_* variables. */
     set_env((const char *const[]){"RANK=3", "WORLD_SIZE=4", "MASTER_ADDR=master-0",
                                   "MASTER_PORT=23456", NULL});
@@ -1443,6 +1454,22 @@ static void test_dist_env(void) {
     CHECKF(strcmp(d.master_addr, "gpu007") == 0, "master_addr %s", d.master_addr);
     CHECK(strcmp(d.run_id, "4242") == 0 && d.master_port == 24242);
     CHECK(d.launcher == ZT_DIST_SLURM);
+    /* The first host as `scontrol show hostnames` lists it: a range's first value, with what
+     * follows the range (a suffix, a second range) still part of the name. */
+    static const char *const first_hosts[][2] = {
+        {"SLURM_STEP_NODELIST=n[1-4]-ib", "n1-ib"},
+        {"SLURM_STEP_NODELIST=rack[0-1]_blade[07-09],login1", "rack0_blade07"},
+        {"SLURM_STEP_NODELIST=node[7,01-03]", "node7"},
+        {"SLURM_STEP_NODELIST=login2,login[3-4]", "login2"},
+        {"SLURM_STEP_NODELIST=gpu[12]", "gpu12"},
+    };
+    for (size_t i = 0; i < sizeof first_hosts / sizeof *first_hosts; i++) {
+        set_env((const char *const[]){"SLURM_PROCID=0", "SLURM_NTASKS=2", first_hosts[i][0],
+                                      NULL});
+        CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, first_hosts[i][1]) == 0,
+               "%s: master_addr '%s', expected '%s'", first_hosts[i][0], d.master_addr,
+               first_hosts[i][1]);
+    }
     /* Two srun steps of one allocation are two jobs: their run ids and ports differ, by the
      * documented formula 20000 + (job + 997 * step) mod 10000 (step 0 keeps the job's port). */
     const char *step_env[] = {"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=6150",

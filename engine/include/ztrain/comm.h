@@ -84,8 +84,14 @@ typedef struct {
  * without it, 20000 + (SLURM_JOB_ID + 997 * SLURM_STEP_ID) mod 10000, so that two steps of one
  * allocation do not collide; with TORCHELASTIC_USE_AGENT_STORE=True (torchrun's static
  * rendezvous, whose agent already serves a store at MASTER_PORT) MASTER_PORT + 1. A malformed or
- * inconsistent value (RANK >= WORLD_SIZE, a non-number) is an error naming the variable. */
+ * inconsistent value (RANK >= WORLD_SIZE, a non-number) is an error naming the variable. A
+ * MASTER_ADDR in brackets ("[fd00::1]", as URLs and torchrun's --rdzv-endpoint write an IPv6
+ * address) is taken without them. */
 zt_status zt_dist_from_env(zt_dist_info *d);
+
+/* "host:port" for messages into out (cap bytes), an IPv6 address in brackets as in a URL
+ * ("[fd00::1]:29500"), so that the port cannot be read as part of the address. */
+void zt_dist_endpoint(const char *host, int port, char *out, size_t cap);
 
 /* Which transport a job's ranks use: a job spec's "comm" ("auto", "shm", "gloo", "nccl"). */
 typedef enum { ZT_COMM_AUTO = 0, ZT_COMM_SHM, ZT_COMM_GLOO, ZT_COMM_NCCL } zt_comm_choice;
