@@ -127,6 +127,14 @@ zt_status ifname_address(const char *ifnames, std::string *out) {
     return ZT_OK;
 }
 
+// "MASTER_ADDR", or with where its value came from when no variable of that name gave it
+// ("MASTER_ADDR (the first node of SLURM_STEP_NODELIST)"), for messages.
+std::string master_addr_name(const zt_dist_info *d) {
+    if (!d->addr_origin[0] || strcmp(d->addr_origin, "MASTER_ADDR") == 0)
+        return "MASTER_ADDR";
+    return std::string("MASTER_ADDR (") + d->addr_origin + ")";
+}
+
 // The address this rank's Gloo device listens on: the one of GLOO_SOCKET_IFNAME when set (as
 // for PyTorch), else the one this host would use to reach MASTER_ADDR, which is on a network
 // every rank can reach (rank 0 is there). A MASTER_ADDR that does not resolve yet is asked
@@ -136,7 +144,8 @@ zt_status local_address(const zt_dist_info *d, double timeout_s, std::string *ou
     if (ifname && *ifname)
         return ifname_address(ifname, out);
     struct addrinfo *res = nullptr;
-    ZT_TRY(zt_tcp_store_resolve("gloo: MASTER_ADDR", d->master_addr, d->master_port, SOCK_DGRAM,
+    std::string what = "gloo: " + master_addr_name(d);
+    ZT_TRY(zt_tcp_store_resolve(what.c_str(), d->master_addr, d->master_port, SOCK_DGRAM,
                                 timeout_s, &res));
     // Connecting a datagram socket sends nothing; it only asks the kernel for the route.
     int err = ENETUNREACH;
@@ -158,8 +167,8 @@ zt_status local_address(const zt_dist_info *d, double timeout_s, std::string *ou
     }
     freeaddrinfo(res);
     if (out->empty())
-        return zt_error(ZT_ERR_IO, "gloo: no route from this host to MASTER_ADDR '%s': %s",
-                        d->master_addr, strerror(err));
+        return zt_error(ZT_ERR_IO, "gloo: no route from this host to %s '%s': %s",
+                        master_addr_name(d).c_str(), d->master_addr, strerror(err));
     return ZT_OK;
 }
 

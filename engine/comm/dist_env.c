@@ -255,17 +255,20 @@ static zt_status read_slurm(zt_dist_info *d) {
     /* Slurm names no rendezvous address: rank 0 runs on the first node of the step. Its port is
      * derived from the job and step ids so that two jobs, or two steps of one job, sharing a
      * node do not collide. */
-    if (!zt_dist_env("MASTER_ADDR")) {
-        const char *list = zt_dist_env("SLURM_STEP_NODELIST");
+    static const char *const node_lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+                                             "SLURM_NODELIST"};
+    for (size_t i = 0; i < sizeof node_lists / sizeof *node_lists && !zt_dist_env("MASTER_ADDR"); i++) {
+        const char *list = zt_dist_env(node_lists[i]);
         if (!list)
-            list = zt_dist_env("SLURM_JOB_NODELIST");
-        if (!list)
-            list = zt_dist_env("SLURM_NODELIST");
-        if (list)
-            slurm_first_host(list, d->master_addr, sizeof d->master_addr);
+            continue;
+        slurm_first_host(list, d->master_addr, sizeof d->master_addr);
+        snprintf(d->addr_origin, sizeof d->addr_origin, "the first node of %s", node_lists[i]);
+        break;
     }
-    if (!d->master_addr[0])
+    if (!d->master_addr[0]) {
         strcpy(d->master_addr, "127.0.0.1");
+        snprintf(d->addr_origin, sizeof d->addr_origin, "not set: the default");
+    }
     const char *job = zt_dist_env("SLURM_JOB_ID");
     if (job && isdigit((unsigned char)job[0])) {
         unsigned long long step = 0;
@@ -289,6 +292,7 @@ zt_status zt_dist_from_env(zt_dist_info *d) {
     d->world_size = 1;
     d->local_world_size = 1;
     strcpy(d->master_addr, "127.0.0.1");
+    snprintf(d->addr_origin, sizeof d->addr_origin, "not set: the default");
     d->master_port = DEFAULT_MASTER_PORT;
 
     d->launcher = zt_dist_launcher_from_env();
@@ -312,6 +316,7 @@ zt_status zt_dist_from_env(zt_dist_info *d) {
                             sizeof d->master_addr - 1);
         memcpy(d->master_addr, addr, len);
         d->master_addr[len] = '\0';
+        snprintf(d->addr_origin, sizeof d->addr_origin, "MASTER_ADDR");
     }
     if (zt_dist_env("MASTER_PORT"))
         snprintf(d->port_origin, sizeof d->port_origin, "MASTER_PORT");

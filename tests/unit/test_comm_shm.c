@@ -1431,8 +1431,9 @@ static void test_dist_env(void) {
     /* An IPv6 MASTER_ADDR in brackets, as URLs write it, is the address without them; messages
      * write it so again, with the port after the bracket. */
     set_env((const char *const[]){"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=[fd00::1]", NULL});
-    CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, "fd00::1") == 0, "'%s'",
-           d.master_addr);
+    CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, "fd00::1") == 0 &&
+               strcmp(d.addr_origin, "MASTER_ADDR") == 0,
+           "'%s' (%s)", d.master_addr, d.addr_origin);
     char at[64];
     zt_dist_endpoint(d.master_addr, 29500, at, sizeof at);
     CHECKF(strcmp(at, "[fd00::1]:29500") == 0, "%s", at);
@@ -1452,6 +1453,8 @@ static void test_dist_env(void) {
     CHECKF(zt_dist_from_env(&d) == ZT_OK, "%s", zt_last_error());
     CHECK(d.rank == 6 && d.world_size == 10 && d.local_rank == 2 && d.local_world_size == 4);
     CHECKF(strcmp(d.master_addr, "gpu007") == 0, "master_addr %s", d.master_addr);
+    CHECKF(strcmp(d.addr_origin, "the first node of SLURM_JOB_NODELIST") == 0, "%s",
+           d.addr_origin);
     CHECK(strcmp(d.run_id, "4242") == 0 && d.master_port == 24242);
     CHECK(d.launcher == ZT_DIST_SLURM);
     /* The first host as `scontrol show hostnames` lists it: a range's first value, with what
@@ -1466,9 +1469,10 @@ static void test_dist_env(void) {
     for (size_t i = 0; i < sizeof first_hosts / sizeof *first_hosts; i++) {
         set_env((const char *const[]){"SLURM_PROCID=0", "SLURM_NTASKS=2", first_hosts[i][0],
                                       NULL});
-        CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, first_hosts[i][1]) == 0,
-               "%s: master_addr '%s', expected '%s'", first_hosts[i][0], d.master_addr,
-               first_hosts[i][1]);
+        CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, first_hosts[i][1]) == 0 &&
+                   strstr(d.addr_origin, "SLURM_STEP_NODELIST") != NULL,
+               "%s: master_addr '%s' (%s), expected '%s'", first_hosts[i][0], d.master_addr,
+               d.addr_origin, first_hosts[i][1]);
     }
     /* Two srun steps of one allocation are two jobs: their run ids and ports differ, by the
      * documented formula 20000 + (job + 997 * step) mod 10000 (step 0 keeps the job's port). */

@@ -74,6 +74,9 @@ typedef struct {
      * torchrun's agent store holds MASTER_PORT=29500", "derived from SLURM_JOB_ID and
      * SLURM_STEP_ID". */
     char port_origin[96];
+    /* Where master_addr came from, likewise: "MASTER_ADDR", "the first node of
+     * SLURM_STEP_NODELIST" (or of the job's node list), "not set: the default". */
+    char addr_origin[64];
 } zt_dist_info;
 
 /* Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun,
