@@ -226,11 +226,16 @@ zt_status join(zt_gloo_comm *c, const zt_dist_info *d, double timeout_s) {
         ZT_TRY(zt_tcp_store_set(c->store, "world", wtext.data(), wtext.size()));
     void *v;
     size_t n;
+    // Rank 0 writes "world" as soon as its store listens, so a server that accepts this rank but
+    // never shows it is most likely another program holding the port (rank 0 then failed with
+    // "already in use"), or a rank 0 that failed at once.
     zt_status s = zt_tcp_store_get(c->store, "world", &v, &n, timeout_s);
     if (s == ZT_ERR_TIMEOUT)
         return zt_error(ZT_ERR_TIMEOUT,
-                        "gloo rendezvous timed out after %g s: the store at %s (MASTER_ADDR:"
-                        "MASTER_PORT) answers but rank 0 never joined it",
+                        "gloo rendezvous timed out after %g s: a server at %s (MASTER_ADDR:"
+                        "MASTER_PORT) accepted this rank but rank 0 never joined it: another "
+                        "program may hold that port on rank 0's host, or rank 0 failed (see its "
+                        "log)",
                         timeout_s, c->store_addr.c_str());
     ZT_TRY(s);
     std::string theirs = text_of(v, n);
