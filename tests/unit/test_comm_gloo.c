@@ -450,6 +450,13 @@ int main(void) {
                                       "'no-such-host.invalid' did not resolve"),
           "bad node list host: %s", zt_last_error());
 
+    /* No rank 0 at all: the message gives the timeout the rank was given, not what was left of
+     * it after the name resolved (1.49987 s). */
+    d = info(1, 2, free_port(), "gloo-norank0");
+    st = zt_comm_create(&g, "gloo", &d, 1.5);
+    CHECK(st == ZT_ERR_TIMEOUT && strstr(zt_last_error(), "within 1.5 s:"),
+          "no rank 0: %s: %s", zt_status_name(st), zt_last_error());
+
     /* GLOO_SOCKET_IFNAME in PyTorch's form, a comma-separated list: every name must have an
      * address (PyTorch makes a device of each and fails on one that has none) and the ranks use
      * the first. */
