@@ -312,6 +312,24 @@ void release(zt_gloo_comm *c) {
     delete c;
 }
 
+// The ranks on the host whose address Gloo's message names ("Connect timeout
+// [10.0.0.1]:25507"), as "rank(s) 0, 1 on host n1 (10.0.0.1)", or "" when it names none.
+std::string ranks_at_address(const zt_gloo_comm *c, const std::string &said) {
+    std::string ranks, host;
+    for (size_t r = 0; r < c->hosts.size(); r++) {
+        const std::string &h = c->hosts[r];
+        size_t open = h.rfind('(');
+        if (open == std::string::npos || h.size() < open + 3)
+            continue;
+        std::string addr = h.substr(open + 1, h.size() - open - 2);
+        if (said.find("[" + addr + "]") == std::string::npos)
+            continue;
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        host = h;
+    }
+    return ranks.empty() ? "" : "rank(s) " + ranks + " on " + host;
+}
+
 zt_status connect_mesh(zt_gloo_comm *c, const zt_dist_info *d, const std::string &addr,
                        double timeout_s) {
     try {
@@ -319,14 +337,25 @@ zt_status connect_mesh(zt_gloo_comm *c, const zt_dist_info *d, const std::string
         attr.hostname = addr;
         auto dev = gloo::transport::tcp::CreateDevice(attr);
         auto ctx = std::make_shared<gloo::rendezvous::Context>(d->rank, d->world_size);
-        ctx->setTimeout(std::chrono::milliseconds(c->timeout_ms));
+        // Gloo waits five times its context's timeout for a pair to connect; a fifth of the
+        // timeout here keeps that wait within ZTRAIN_COMM_TIMEOUT_S. The collectives give every
+        // wait its own timeout, so the context's is set back once the mesh stands.
+        ctx->setTimeout(std::chrono::milliseconds(std::max<int64_t>(1, c->timeout_ms / 5)));
         StoreAdapter store(c->store, timeout_s);
         ctx->connectFullMesh(store, dev);
+        ctx->setTimeout(std::chrono::milliseconds(c->timeout_ms));
         c->ctx = ctx;
     } catch (const std::exception &e) {
-        return zt_comm_fail(&c->comm, ZT_ERR_IO,
-                            "gloo rendezvous: connecting rank %d (%s) to its peers failed: %s",
-                            d->rank, c->hosts[size_t(d->rank)].c_str(), e.what());
+        std::string said = e.what(), peer = ranks_at_address(c, said);
+        bool timed_out = said.find("timeout") != std::string::npos;
+        return zt_comm_fail(
+            &c->comm, timed_out ? ZT_ERR_TIMEOUT : ZT_ERR_IO,
+            "gloo rendezvous: connecting rank %d (%s) to %s failed%s: %s%s", d->rank,
+            c->hosts[size_t(d->rank)].c_str(), peer.empty() ? "its peers" : peer.c_str(),
+            timed_out ? " within the timeout" : "", said.c_str(),
+            timed_out ? " (Gloo connects each pair of ranks on a port of its own: are the ports "
+                        "between the hosts open, not only MASTER_PORT?)"
+                      : "");
     }
     return ZT_OK;
 }
