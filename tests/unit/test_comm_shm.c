@@ -1082,7 +1082,28 @@ static void hang_in_rendezvous(const scenario *sc, int rank) {
  * the rank claims of the others cannot be seen). Whether the job is still meeting or long past
  * its rendezvous, the duplicate must fail at once saying that two processes have its RANK, and
  * the job must go on unharmed; keep_job_running keeps it running, checking every all-reduce. */
-enum { DUPLICATE = 100, NETNS_DUPLICATE = 200 };
+enum { DUPLICATE = 100, NETNS_DUPLICATE = 200, WIDER = 300 };
+
+/* A process started with a WORLD_SIZE one larger than the job's (the ranks list carries it as
+ * WIDER + its rank): the job's rank 0 is alive, so waiting would not help, and it must fail at
+ * once naming both world sizes, as the gloo transport does, not wait out its timeout. */
+static void wider(const scenario *sc, int rank) {
+    zt_dist_info d = make_info(rank - WIDER, sc->world + 1, sc->run_id);
+    zt_comm *c = NULL;
+    double t0 = now_s();
+    zt_status st = zt_comm_create(&c, "shm", &d, sc->timeout_s);
+    double dt = now_s() - t0;
+    char want[96];
+    snprintf(want, sizeof want, "has world size %d (WORLD_SIZE) but rank 0", sc->world + 1);
+    CHECKF(st == ZT_ERR_INVALID && c == NULL && strstr(zt_last_error(), want) &&
+               strstr(zt_last_error(), "different jobs"),
+           "a rank of world %d: %s: %s", sc->world + 1, zt_status_name(st), zt_last_error());
+    CHECKF(dt < 1.0, "a rank of another world size took %.2f s to fail (timeout %.1f s)", dt,
+           sc->timeout_s);
+    printf("  a rank of world %d, after %.3f s: %s\n", sc->world + 1, dt, zt_last_error());
+    if (c)
+        zt_comm_destroy(c);
+}
 
 static void duplicate(const scenario *sc, int rank) {
     if (rank >= NETNS_DUPLICATE) {
@@ -1110,6 +1131,10 @@ static void duplicate(const scenario *sc, int rank) {
 }
 
 static void keep_job_running(const scenario *sc, int rank) {
+    if (rank >= WIDER) {
+        wider(sc, rank);
+        return;
+    }
     if (rank >= DUPLICATE) {
         duplicate(sc, rank);
         return;
@@ -1319,6 +1344,12 @@ static void test_duplicate_ranks(void) {
     run_ranks("a second rank 0 from another network namespace", &sc, keep_job_running,
               rank0_netns, 3, meeting, 0);
     CHECK(!segment_exists(sc.run_id));
+    /* It comes while rank 0 waits for rank 1, before the segment's name is removed. */
+    static const int rank1_wider[] = {0, 1, WIDER + 1};
+    static const double wider_first[] = {0.0, 0.8, 0.3};
+    sc = make_scenario(2, "wider", 5.0, -1);
+    run_ranks("a rank started with another WORLD_SIZE", &sc, keep_job_running, rank1_wider, 3,
+              wider_first, 0);
 }
 
 /* Every dtype at world sizes 1, 2, 3 and 5, and ranks that disagree on the dtype. */
