@@ -127,6 +127,14 @@ zt_status ifname_address(const char *ifnames, std::string *out) {
     return ZT_OK;
 }
 
+// "MASTER_ADDR", or with where its value came from when no variable of that name gave it
+// ("MASTER_ADDR (the first node of SLURM_STEP_NODELIST)"), for messages.
+std::string master_addr_name(const zt_dist_info *d) {
+    if (!d->addr_origin[0] || strcmp(d->addr_origin, "MASTER_ADDR") == 0)
+        return "MASTER_ADDR";
+    return std::string("MASTER_ADDR (") + d->addr_origin + ")";
+}
+
 // The address this rank's Gloo device listens on: the one of GLOO_SOCKET_IFNAME when set (as
 // for PyTorch), else the one this host would use to reach MASTER_ADDR, which is on a network
 // every rank can reach (rank 0 is there). A MASTER_ADDR that does not resolve yet is asked
@@ -136,7 +144,8 @@ zt_status local_address(const zt_dist_info *d, double timeout_s, std::string *ou
     if (ifname && *ifname)
         return ifname_address(ifname, out);
     struct addrinfo *res = nullptr;
-    ZT_TRY(zt_tcp_store_resolve("gloo: MASTER_ADDR", d->master_addr, d->master_port, SOCK_DGRAM,
+    std::string what = "gloo: " + master_addr_name(d);
+    ZT_TRY(zt_tcp_store_resolve(what.c_str(), d->master_addr, d->master_port, SOCK_DGRAM,
                                 timeout_s, &res));
     // Connecting a datagram socket sends nothing; it only asks the kernel for the route.
     int err = ENETUNREACH;
@@ -158,8 +167,8 @@ zt_status local_address(const zt_dist_info *d, double timeout_s, std::string *ou
     }
     freeaddrinfo(res);
     if (out->empty())
-        return zt_error(ZT_ERR_IO, "gloo: no route from this host to MASTER_ADDR '%s': %s",
-                        d->master_addr, strerror(err));
+        return zt_error(ZT_ERR_IO, "gloo: no route from this host to %s '%s': %s",
+                        master_addr_name(d).c_str(), d->master_addr, strerror(err));
     return ZT_OK;
 }
 
@@ -217,11 +226,16 @@ zt_status join(zt_gloo_comm *c, const zt_dist_info *d, double timeout_s) {
         ZT_TRY(zt_tcp_store_set(c->store, "world", wtext.data(), wtext.size()));
     void *v;
     size_t n;
+    // Rank 0 writes "world" as soon as its store listens, so a server that accepts this rank but
+    // never shows it is most likely another program holding the port (rank 0 then failed with
+    // "already in use"), or a rank 0 that failed at once.
     zt_status s = zt_tcp_store_get(c->store, "world", &v, &n, timeout_s);
     if (s == ZT_ERR_TIMEOUT)
         return zt_error(ZT_ERR_TIMEOUT,
-                        "gloo rendezvous timed out after %g s: the store at %s (MASTER_ADDR:"
-                        "MASTER_PORT) answers but rank 0 never joined it",
+                        "gloo rendezvous timed out after %g s: a server at %s (MASTER_ADDR:"
+                        "MASTER_PORT) accepted this rank but rank 0 never joined it: another "
+                        "program may hold that port on rank 0's host, or rank 0 failed (see its "
+                        "log)",
                         timeout_s, c->store_addr.c_str());
     ZT_TRY(s);
     std::string theirs = text_of(v, n);
@@ -298,6 +312,24 @@ void release(zt_gloo_comm *c) {
     delete c;
 }
 
+// The ranks on the host whose address Gloo's message names ("Connect timeout
+// [10.0.0.1]:25507"), as "rank(s) 0, 1 on host n1 (10.0.0.1)", or "" when it names none.
+std::string ranks_at_address(const zt_gloo_comm *c, const std::string &said) {
+    std::string ranks, host;
+    for (size_t r = 0; r < c->hosts.size(); r++) {
+        const std::string &h = c->hosts[r];
+        size_t open = h.rfind('(');
+        if (open == std::string::npos || h.size() < open + 3)
+            continue;
+        std::string addr = h.substr(open + 1, h.size() - open - 2);
+        if (said.find("[" + addr + "]") == std::string::npos)
+            continue;
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        host = h;
+    }
+    return ranks.empty() ? "" : "rank(s) " + ranks + " on " + host;
+}
+
 zt_status connect_mesh(zt_gloo_comm *c, const zt_dist_info *d, const std::string &addr,
                        double timeout_s) {
     try {
@@ -305,14 +337,25 @@ zt_status connect_mesh(zt_gloo_comm *c, const zt_dist_info *d, const std::string
         attr.hostname = addr;
         auto dev = gloo::transport::tcp::CreateDevice(attr);
         auto ctx = std::make_shared<gloo::rendezvous::Context>(d->rank, d->world_size);
-        ctx->setTimeout(std::chrono::milliseconds(c->timeout_ms));
+        // Gloo waits five times its context's timeout for a pair to connect; a fifth of the
+        // timeout here keeps that wait within ZTRAIN_COMM_TIMEOUT_S. The collectives give every
+        // wait its own timeout, so the context's is set back once the mesh stands.
+        ctx->setTimeout(std::chrono::milliseconds(std::max<int64_t>(1, c->timeout_ms / 5)));
         StoreAdapter store(c->store, timeout_s);
         ctx->connectFullMesh(store, dev);
+        ctx->setTimeout(std::chrono::milliseconds(c->timeout_ms));
         c->ctx = ctx;
     } catch (const std::exception &e) {
-        return zt_comm_fail(&c->comm, ZT_ERR_IO,
-                            "gloo rendezvous: connecting rank %d (%s) to its peers failed: %s",
-                            d->rank, c->hosts[size_t(d->rank)].c_str(), e.what());
+        std::string said = e.what(), peer = ranks_at_address(c, said);
+        bool timed_out = said.find("timeout") != std::string::npos;
+        return zt_comm_fail(
+            &c->comm, timed_out ? ZT_ERR_TIMEOUT : ZT_ERR_IO,
+            "gloo rendezvous: connecting rank %d (%s) to %s failed%s: %s%s", d->rank,
+            c->hosts[size_t(d->rank)].c_str(), peer.empty() ? "its peers" : peer.c_str(),
+            timed_out ? " within the timeout" : "", said.c_str(),
+            timed_out ? " (Gloo connects each pair of ranks on a port of its own: are the ports "
+                        "between the hosts open, not only MASTER_PORT?)"
+                      : "");
     }
     return ZT_OK;
 }
@@ -381,7 +424,9 @@ zt_status zt_gloo_create(zt_comm **out, const zt_dist_info *d, double timeout_s)
         return zt_error(ZT_ERR_NOMEM, "gloo communicator: out of memory");
     zt_comm_init_header(&c->comm, &zt_comm_gloo_ops, d, timeout_s);
     c->timeout_ms = std::max<int64_t>(1, int64_t(timeout_s * 1e3));
-    c->store_addr = std::string(d->master_addr) + ":" + std::to_string(d->master_port);
+    char store_at[sizeof d->master_addr + 16];
+    zt_dist_endpoint(d->master_addr, d->master_port, store_at, sizeof store_at);
+    c->store_addr = store_at;
     c->hosts.assign(size_t(d->world_size), "");
 
     std::string addr;

@@ -288,9 +288,11 @@ static zt_status exchange_id(nccl_comm *c, const zt_dist_info *d, zt_nccl_id *id
     size_t n = 0;
     ZT_TRY(zt_tcp_store_get(c->store, key, &v, &n, c->base.timeout_s));
     zt_status s = ZT_OK;
+    char at[sizeof d->master_addr + 16];
+    zt_dist_endpoint(d->master_addr, d->master_port, at, sizeof at);
     if (n != sizeof id->bytes)
-        s = zt_error(ZT_ERR_INVALID, "nccl rank %d: the unique id at %s:%d is %zu bytes, not %zu",
-                     d->rank, d->master_addr, d->master_port, n, sizeof id->bytes);
+        s = zt_error(ZT_ERR_INVALID, "nccl rank %d: the unique id at %s is %zu bytes, not %zu",
+                     d->rank, at, n, sizeof id->bytes);
     else
         memcpy(id->bytes, v, sizeof id->bytes);
     free(v);
@@ -314,8 +316,11 @@ static zt_status nccl_create(zt_comm **out, const zt_dist_info *d, double timeou
     zt_status s = exchange_id(c, d, &id);
     if (s == ZT_OK) {
         s = api->create(&c->m, &id, d->world_size, d->rank, device, timeout_s);
-        if (s == ZT_ERR_TIMEOUT)
-            zt_error_prefix(s, "rendezvous at %s:%d: ", d->master_addr, d->master_port);
+        if (s == ZT_ERR_TIMEOUT) {
+            char at[sizeof d->master_addr + 16];
+            zt_dist_endpoint(d->master_addr, d->master_port, at, sizeof at);
+            zt_error_prefix(s, "rendezvous at %s: ", at);
+        }
     }
     if (s != ZT_OK) {
         nccl_destroy(&c->base);

@@ -609,6 +609,27 @@ static bool segment_usable(const zt_shm_comm *c, const unsigned char *base, size
     return true;
 }
 
+/* Whether a segment that segment_usable refused belongs to a live rank 0 started for another world
+ * size: ranks started with different WORLD_SIZEs, which waiting does not mend (a stale segment's
+ * rank 0 has exited, and a new one will replace it). Says so in why[]. */
+static bool live_rank0_other_world(const zt_shm_comm *c, const unsigned char *base, size_t size,
+                                   char *why, size_t cap) {
+    const zt_shm_header *h = (const zt_shm_header *)base;
+    if (size < c->plan.ranks_off + sizeof(zt_shm_rank) ||
+        !atomic_load_explicit(&h->ready, memory_order_acquire) || h->magic != SHM_MAGIC ||
+        h->version != SHM_VERSION || h->world_size == (uint32_t)c->comm.world)
+        return false;
+    const zt_shm_rank *r0 = (const zt_shm_rank *)(base + c->plan.ranks_off);
+    pid_t pid = atomic_load_explicit(&r0->pid, memory_order_relaxed);
+    if (!pid_alive(pid, r0->start_time))
+        return false;
+    snprintf(why, cap,
+             "rank %d has world size %d (WORLD_SIZE) but rank 0 (pid %d), whose segment %.160s it "
+             "found, has %u: the ranks were started for different jobs",
+             c->comm.rank, c->comm.world, (int)pid, c->name, h->world_size);
+    return true;
+}
+
 static void segment_name(const char *run_id, char *buf, size_t cap) {
     snprintf(buf, cap, "/ztrain-%u-%s", (unsigned)getuid(), run_id);
 }
@@ -663,6 +684,9 @@ static zt_status attach_segment(zt_shm_comm *c) {
                                     "job running with the same run id?",
                                     c->comm.rank, c->name, (int)none);
                 return ZT_OK;
+            } else if (live_rank0_other_world(c, p, size, why, sizeof why)) {
+                munmap(p, size);
+                return zt_error(ZT_ERR_INVALID, "rendezvous: %s", why);
             } else {
                 munmap(p, size);
             }

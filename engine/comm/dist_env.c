@@ -111,17 +111,24 @@ static int slurm_tasks_on_node(const char *s, int node) {
     return node < 0 && !mixed ? uniform : -1;
 }
 
-/* The first host of a Slurm host list ("gpu[003-005,007],cpu1" -> "gpu003"): Slurm starts task 0
- * of a step on the first node of its list, so that host is where rank 0 listens. */
+/* The first host of a Slurm host list: Slurm starts task 0 of a step on the first node of its
+ * list, so that host is where rank 0 listens. Each bracketed range of the first name gives its
+ * first value, and what follows a range stays part of the name, as Slurm's hostlist expands it:
+ * "gpu[003-005,007],cpu1" -> "gpu003", "n[1-4]-ib" -> "n1-ib", "rack[0-1]_blade[07-09]" ->
+ * "rack0_blade07". */
 static void slurm_first_host(const char *list, char *out, size_t cap) {
     size_t n = 0;
-    const char *p = list;
-    while (*p && *p != ',' && *p != '[' && n + 1 < cap)
-        out[n++] = *p++;
-    if (*p == '[') {
-        p++;
-        while (isdigit((unsigned char)*p) && n + 1 < cap)
-            out[n++] = *p++;
+    for (const char *p = list; *p && *p != ',' && n + 1 < cap; p++) {
+        if (*p != '[') {
+            out[n++] = *p;
+            continue;
+        }
+        for (p++; *p && *p != '-' && *p != ',' && *p != ']' && n + 1 < cap; p++)
+            out[n++] = *p;
+        while (*p && *p != ']')
+            p++;
+        if (!*p)
+            break;
     }
     out[n] = '\0';
 }
@@ -248,17 +255,20 @@ static zt_status read_slurm(zt_dist_info *d) {
     /* Slurm names no rendezvous address: rank 0 runs on the first node of the step. Its port is
      * derived from the job and step ids so that two jobs, or two steps of one job, sharing a
      * node do not collide. */
-    if (!zt_dist_env("MASTER_ADDR")) {
-        const char *list = zt_dist_env("SLURM_STEP_NODELIST");
+    static const char *const node_lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+                                             "SLURM_NODELIST"};
+    for (size_t i = 0; i < sizeof node_lists / sizeof *node_lists && !zt_dist_env("MASTER_ADDR"); i++) {
+        const char *list = zt_dist_env(node_lists[i]);
         if (!list)
-            list = zt_dist_env("SLURM_JOB_NODELIST");
-        if (!list)
-            list = zt_dist_env("SLURM_NODELIST");
-        if (list)
-            slurm_first_host(list, d->master_addr, sizeof d->master_addr);
+            continue;
+        slurm_first_host(list, d->master_addr, sizeof d->master_addr);
+        snprintf(d->addr_origin, sizeof d->addr_origin, "the first node of %s", node_lists[i]);
+        break;
     }
-    if (!d->master_addr[0])
+    if (!d->master_addr[0]) {
         strcpy(d->master_addr, "127.0.0.1");
+        snprintf(d->addr_origin, sizeof d->addr_origin, "not set: the default");
+    }
     const char *job = zt_dist_env("SLURM_JOB_ID");
     if (job && isdigit((unsigned char)job[0])) {
         unsigned long long step = 0;
@@ -272,11 +282,17 @@ static zt_status read_slurm(zt_dist_info *d) {
     return ZT_OK;
 }
 
+void zt_dist_endpoint(const char *host, int port, char *out, size_t cap) {
+    bool ipv6 = strchr(host, ':') != NULL;
+    snprintf(out, cap, "%s%s%s:%d", ipv6 ? "[" : "", host, ipv6 ? "]" : "", port);
+}
+
 zt_status zt_dist_from_env(zt_dist_info *d) {
     memset(d, 0, sizeof *d);
     d->world_size = 1;
     d->local_world_size = 1;
     strcpy(d->master_addr, "127.0.0.1");
+    snprintf(d->addr_origin, sizeof d->addr_origin, "not set: the default");
     d->master_port = DEFAULT_MASTER_PORT;
 
     d->launcher = zt_dist_launcher_from_env();
@@ -289,10 +305,18 @@ zt_status zt_dist_from_env(zt_dist_info *d) {
 
     const char *addr = zt_dist_env("MASTER_ADDR");
     if (addr) {
-        if (strlen(addr) >= sizeof d->master_addr)
+        size_t len = strlen(addr);
+        bool bracketed = len >= 2 && addr[0] == '[' && addr[len - 1] == ']';
+        if (bracketed) {
+            addr++;
+            len -= 2;
+        }
+        if (len >= sizeof d->master_addr)
             return zt_error(ZT_ERR_INVALID, "MASTER_ADDR is longer than %zu characters",
                             sizeof d->master_addr - 1);
-        strcpy(d->master_addr, addr);
+        memcpy(d->master_addr, addr, len);
+        d->master_addr[len] = '\0';
+        snprintf(d->addr_origin, sizeof d->addr_origin, "MASTER_ADDR");
     }
     if (zt_dist_env("MASTER_PORT"))
         snprintf(d->port_origin, sizeof d->port_origin, "MASTER_PORT");

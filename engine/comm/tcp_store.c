@@ -164,9 +164,11 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
     }
     c->fd = -1;
     c->timeout_s = timeout_s;
-    snprintf(c->where, sizeof c->where, "%s:%d", host, port);
+    zt_dist_endpoint(host, port, c->where, sizeof c->where);
     /* Until the deadline: every address in turn, then a pause and again. A refusal means rank 0
-     * is not listening yet; an unreachable network may come up (a link being configured). */
+     * is not listening yet; an unreachable network may come up (a link being configured). The
+     * message gives the timeout to three digits: a caller that resolved the name first passes
+     * what is left of its own timeout (7.9998 s of 8), which the user knows as the whole. */
     int err = 0;
     for (;;) {
         for (struct addrinfo *a = res; a && c->fd < 0; a = a->ai_next) {
@@ -185,7 +187,7 @@ zt_status zt_tcp_store_connect(zt_tcp_store **out, const char *host, int port, d
                                 c->where, strerror(err))
                      : zt_error(ZT_ERR_TIMEOUT,
                                 "rendezvous store: no server at %s (MASTER_ADDR:MASTER_PORT) "
-                                "within %g s: %s; is rank 0 running there?",
+                                "within %.3g s: %s; is rank 0 running there?",
                                 c->where, timeout_s, strerror(err));
             freeaddrinfo(res);
             free(c);

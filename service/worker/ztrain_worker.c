@@ -529,9 +529,12 @@ int main(int argc, char **argv) {
         bool shm = strcmp(transport, "shm") == 0;
         if (rank == 0 && shm && named)
             fprintf(stderr, "ztrain-worker: comm transport shm (%s)\n", why);
-        else if (rank == 0 && !shm)
-            fprintf(stderr, "ztrain-worker: comm transport %s (%s), rendezvous at %s:%d\n",
-                    transport, why, dist.master_addr, dist.master_port);
+        else if (rank == 0 && !shm) {
+            char at[sizeof dist.master_addr + 16];
+            zt_dist_endpoint(dist.master_addr, dist.master_port, at, sizeof at);
+            fprintf(stderr, "ztrain-worker: comm transport %s (%s), rendezvous at %s\n",
+                    transport, why, at);
+        }
         fflush(stderr);
     }
     /* A GPU rank names its device, the device's memory (cudaMemGetInfo) and the peak its MFU

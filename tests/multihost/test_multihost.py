@@ -11,7 +11,11 @@ Gloo transport themselves:
   c. a cut link (host 1's `ip link set eth0 down` mid-training): all four ranks exit 1 within the
      timeout (plus the store's short last word), each naming a rank of the other host and its
      address;
-  d. a rendezvous missing rank 3: the three others time out together, naming rank 3.
+  d. a rendezvous missing rank 3: the three others time out together, naming rank 3;
+  e. a firewall on host 0 that lets only MASTER_PORT through (iptables DROP of every other TCP
+     port on its link): the store works but Gloo's own connections between the hosts do not, and
+     every rank exits 1 within the timeout (Gloo alone would wait five times it), naming a rank
+     of the other host and the ports to open.
 
     /usr/bin/python3 tests/multihost/test_multihost.py [BUILD_DIR]   (root; `make test-multihost`)"""
 import json
@@ -208,6 +212,33 @@ def missing_rank(d, port):
     ck.check(time.monotonic() - t0 < TIMEOUT_S + SLACK_S, "d. within the timeout")
 
 
+def firewall(d, port):
+    """Host 0 drops every TCP segment on its link but those to MASTER_PORT (iptables-legacy, as
+    a host firewall or a NetworkPolicy that opens only the rendezvous port would)."""
+    rule = ["INPUT", "-i", "eth0", "-p", "tcp", "!", "--dport", str(port), "-j", "DROP"]
+    iptables = ["ip", "netns", "exec", HOSTS.ns[0], "iptables-legacy"]
+    if subprocess.run(iptables + ["-A"] + rule, capture_output=True).returncode != 0:
+        print("skip  e. no iptables-legacy in a network namespace")
+        return
+    path = write(d, "fw", job("fw", 1, 5))
+    out = f"{d}/fw"
+    try:
+        procs = start_ranks(HOSTS, d, path, out, port, timeout=TIMEOUT_S)
+        got = wait_all(procs, TIMEOUT_S + SLACK_S)
+    finally:
+        subprocess.run(iptables + ["-D"] + rule, capture_output=True)
+    for r in range(4):
+        rc, took = got[r]
+        other = 1 if r < 2 else 0
+        text = log(out, r)
+        addr = re.escape(HOSTS.addr[other])
+        names = re.search(rf"rank\(s\) [0-9, ]+ on host \S+ \({addr}\)", text)
+        ck.check(rc == 1 and (names or names_other_host(text, other)) and
+                 "not only MASTER_PORT" in text,
+                 f"e. only MASTER_PORT open: rank {r} exits 1 after {took:.1f} s naming a rank of "
+                 f"host {other} and the ports: {text.strip().splitlines()[-1:]}")
+
+
 T0 = time.monotonic()
 with tempfile.TemporaryDirectory() as d, Hosts(2) as HOSTS:
     with open(f"{d}/train.txt", "wb") as f:
@@ -217,5 +248,6 @@ with tempfile.TemporaryDirectory() as d, Hosts(2) as HOSTS:
     killed_host(d, 29521)
     cut_link(d, 29531)
     missing_rank(d, 29541)
+    firewall(d, 29551)
 print(f"test_multihost: {time.monotonic() - T0:.0f} s")
 ck.done()

@@ -422,13 +422,19 @@ int main(void) {
     zt_comm *g = NULL;
     CHECK(zt_comm_create(&g, "gloo", &d, 2) == ZT_ERR_IO && strstr(zt_last_error(), "already in use"),
           "port in use: %s", zt_last_error());
+    /* Rank 1 meets the program that holds the port, which accepts and never answers: it times
+     * out saying that another program may hold the port, not that the store answers. */
+    d = info(1, 2, ntohs(a.sin_port), "gloo-port");
+    zt_status st = zt_comm_create(&g, "gloo", &d, 1.5);
+    CHECK(st == ZT_ERR_TIMEOUT && strstr(zt_last_error(), "another program may hold that port"),
+          "port held by another program, rank 1: %s: %s", zt_status_name(st), zt_last_error());
     close(fd);
     /* A name that does not resolve (yet: a pod's DNS name on Kubernetes) is asked again until
      * the timeout, as PyTorch does, and then named. ".invalid" never resolves (RFC 6761). */
     d = info(1, 2, 29999, "gloo-addr");
     snprintf(d.master_addr, sizeof d.master_addr, "no-such-host.invalid");
     double t0 = now_s();
-    zt_status st = zt_comm_create(&g, "gloo", &d, 1.5);
+    st = zt_comm_create(&g, "gloo", &d, 1.5);
     double waited = now_s() - t0;
     CHECK(st == ZT_ERR_TIMEOUT &&
               strstr(zt_last_error(), "MASTER_ADDR 'no-such-host.invalid' did not resolve "
@@ -436,6 +442,20 @@ int main(void) {
           "bad MASTER_ADDR: %s: %s", zt_status_name(st), zt_last_error());
     CHECK(waited >= 1.5 && waited < 6, "bad MASTER_ADDR: failed after %.2f s, not the 1.5 s "
           "timeout", waited);
+    /* Under Slurm the name is the step's first node, and the message names the list. */
+    snprintf(d.addr_origin, sizeof d.addr_origin, "the first node of SLURM_STEP_NODELIST");
+    st = zt_comm_create(&g, "gloo", &d, 0.2);
+    CHECK(st == ZT_ERR_TIMEOUT &&
+              strstr(zt_last_error(), "MASTER_ADDR (the first node of SLURM_STEP_NODELIST) "
+                                      "'no-such-host.invalid' did not resolve"),
+          "bad node list host: %s", zt_last_error());
+
+    /* No rank 0 at all: the message gives the timeout the rank was given, not what was left of
+     * it after the name resolved (1.49987 s). */
+    d = info(1, 2, free_port(), "gloo-norank0");
+    st = zt_comm_create(&g, "gloo", &d, 1.5);
+    CHECK(st == ZT_ERR_TIMEOUT && strstr(zt_last_error(), "within 1.5 s:"),
+          "no rank 0: %s: %s", zt_status_name(st), zt_last_error());
 
     /* GLOO_SOCKET_IFNAME in PyTorch's form, a comma-separated list: every name must have an
      * address (PyTorch makes a device of each and fails on one that has none) and the ranks use

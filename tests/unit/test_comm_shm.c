@@ -1082,7 +1082,28 @@ static void hang_in_rendezvous(const scenario *sc, int rank) {
  * the rank claims of the others cannot be seen). Whether the job is still meeting or long past
  * its rendezvous, the duplicate must fail at once saying that two processes have its RANK, and
  * the job must go on unharmed; keep_job_running keeps it running, checking every all-reduce. */
-enum { DUPLICATE = 100, NETNS_DUPLICATE = 200 };
+enum { DUPLICATE = 100, NETNS_DUPLICATE = 200, WIDER = 300 };
+
+/* A process started with a WORLD_SIZE one larger than the job's (the ranks list carries it as
+ * WIDER + its rank): the job's rank 0 is alive, so waiting would not help, and it must fail at
+ * once naming both world sizes, as the gloo transport does, not wait out its timeout. */
+static void wider(const scenario *sc, int rank) {
+    zt_dist_info d = make_info(rank - WIDER, sc->world + 1, sc->run_id);
+    zt_comm *c = NULL;
+    double t0 = now_s();
+    zt_status st = zt_comm_create(&c, "shm", &d, sc->timeout_s);
+    double dt = now_s() - t0;
+    char want[96];
+    snprintf(want, sizeof want, "has world size %d (WORLD_SIZE) but rank 0", sc->world + 1);
+    CHECKF(st == ZT_ERR_INVALID && c == NULL && strstr(zt_last_error(), want) &&
+               strstr(zt_last_error(), "different jobs"),
+           "a rank of world %d: %s: %s", sc->world + 1, zt_status_name(st), zt_last_error());
+    CHECKF(dt < 1.0, "a rank of another world size took %.2f s to fail (timeout %.1f s)", dt,
+           sc->timeout_s);
+    printf("  a rank of world %d, after %.3f s: %s\n", sc->world + 1, dt, zt_last_error());
+    if (c)
+        zt_comm_destroy(c);
+}
 
 static void duplicate(const scenario *sc, int rank) {
     if (rank >= NETNS_DUPLICATE) {
@@ -1110,6 +1131,10 @@ static void duplicate(const scenario *sc, int rank) {
 }
 
 static void keep_job_running(const scenario *sc, int rank) {
+    if (rank >= WIDER) {
+        wider(sc, rank);
+        return;
+    }
     if (rank >= DUPLICATE) {
         duplicate(sc, rank);
         return;
@@ -1319,6 +1344,12 @@ static void test_duplicate_ranks(void) {
     run_ranks("a second rank 0 from another network namespace", &sc, keep_job_running,
               rank0_netns, 3, meeting, 0);
     CHECK(!segment_exists(sc.run_id));
+    /* It comes while rank 0 waits for rank 1, before the segment's name is removed. */
+    static const int rank1_wider[] = {0, 1, WIDER + 1};
+    static const double wider_first[] = {0.0, 0.8, 0.3};
+    sc = make_scenario(2, "wider", 5.0, -1);
+    run_ranks("a rank started with another WORLD_SIZE", &sc, keep_job_running, rank1_wider, 3,
+              wider_first, 0);
 }
 
 /* Every dtype at world sizes 1, 2, 3 and 5, and ranks that disagree on the dtype. */
@@ -1428,6 +1459,18 @@ static void test_dist_env(void) {
     set_env((const char *const[]){"ZTRAIN_RUN_ID=mine", "TORCHELASTIC_RUN_ID=abc", NULL});
     CHECK(zt_dist_from_env(&d) == ZT_OK && strcmp(d.run_id, "mine") == 0);
 
+    /* An IPv6 MASTER_ADDR in brackets, as URLs write it, is the address without them; messages
+     * write it so again, with the port after the bracket. */
+    set_env((const char *const[]){"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=[fd00::1]", NULL});
+    CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, "fd00::1") == 0 &&
+               strcmp(d.addr_origin, "MASTER_ADDR") == 0,
+           "'%s' (%s)", d.master_addr, d.addr_origin);
+    char at[64];
+    zt_dist_endpoint(d.master_addr, 29500, at, sizeof at);
+    CHECKF(strcmp(at, "[fd00::1]:29500") == 0, "%s", at);
+    zt_dist_endpoint("10.0.0.1", 29500, at, sizeof at);
+    CHECKF(strcmp(at, "10.0.0.1:29500") == 0, "%s", at);
+
     /* Kubeflow: one process per pod, no LOCAL_* variables. */
     set_env((const char *const[]){"RANK=3", "WORLD_SIZE=4", "MASTER_ADDR=master-0",
                                   "MASTER_PORT=23456", NULL});
@@ -1441,8 +1484,27 @@ static void test_dist_env(void) {
     CHECKF(zt_dist_from_env(&d) == ZT_OK, "%s", zt_last_error());
     CHECK(d.rank == 6 && d.world_size == 10 && d.local_rank == 2 && d.local_world_size == 4);
     CHECKF(strcmp(d.master_addr, "gpu007") == 0, "master_addr %s", d.master_addr);
+    CHECKF(strcmp(d.addr_origin, "the first node of SLURM_JOB_NODELIST") == 0, "%s",
+           d.addr_origin);
     CHECK(strcmp(d.run_id, "4242") == 0 && d.master_port == 24242);
     CHECK(d.launcher == ZT_DIST_SLURM);
+    /* The first host as `scontrol show hostnames` lists it: a range's first value, with what
+     * follows the range (a suffix, a second range) still part of the name. */
+    static const char *const first_hosts[][2] = {
+        {"SLURM_STEP_NODELIST=n[1-4]-ib", "n1-ib"},
+        {"SLURM_STEP_NODELIST=rack[0-1]_blade[07-09],login1", "rack0_blade07"},
+        {"SLURM_STEP_NODELIST=node[7,01-03]", "node7"},
+        {"SLURM_STEP_NODELIST=login2,login[3-4]", "login2"},
+        {"SLURM_STEP_NODELIST=gpu[12]", "gpu12"},
+    };
+    for (size_t i = 0; i < sizeof first_hosts / sizeof *first_hosts; i++) {
+        set_env((const char *const[]){"SLURM_PROCID=0", "SLURM_NTASKS=2", first_hosts[i][0],
+                                      NULL});
+        CHECKF(zt_dist_from_env(&d) == ZT_OK && strcmp(d.master_addr, first_hosts[i][1]) == 0 &&
+                   strstr(d.addr_origin, "SLURM_STEP_NODELIST") != NULL,
+               "%s: master_addr '%s' (%s), expected '%s'", first_hosts[i][0], d.master_addr,
+               d.addr_origin, first_hosts[i][1]);
+    }
     /* Two srun steps of one allocation are two jobs: their run ids and ports differ, by the
      * documented formula 20000 + (job + 997 * step) mod 10000 (step 0 keeps the job's port). */
     const char *step_env[] = {"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=6150",

@@ -74,6 +74,9 @@ typedef struct {
      * torchrun's agent store holds MASTER_PORT=29500", "derived from SLURM_JOB_ID and
      * SLURM_STEP_ID". */
     char port_origin[96];
+    /* Where master_addr came from, likewise: "MASTER_ADDR", "the first node of
+     * SLURM_STEP_NODELIST" (or of the job's node list), "not set: the default". */
+    char addr_origin[64];
 } zt_dist_info;
 
 /* Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun,
@@ -84,8 +87,14 @@ typedef struct {
  * without it, 20000 + (SLURM_JOB_ID + 997 * SLURM_STEP_ID) mod 10000, so that two steps of one
  * allocation do not collide; with TORCHELASTIC_USE_AGENT_STORE=True (torchrun's static
  * rendezvous, whose agent already serves a store at MASTER_PORT) MASTER_PORT + 1. A malformed or
- * inconsistent value (RANK >= WORLD_SIZE, a non-number) is an error naming the variable. */
+ * inconsistent value (RANK >= WORLD_SIZE, a non-number) is an error naming the variable. A
+ * MASTER_ADDR in brackets ("[fd00::1]", as URLs and torchrun's --rdzv-endpoint write an IPv6
+ * address) is taken without them. */
 zt_status zt_dist_from_env(zt_dist_info *d);
+
+/* "host:port" for messages into out (cap bytes), an IPv6 address in brackets as in a URL
+ * ("[fd00::1]:29500"), so that the port cannot be read as part of the address. */
+void zt_dist_endpoint(const char *host, int port, char *out, size_t cap);
 
 /* Which transport a job's ranks use: a job spec's "comm" ("auto", "shm", "gloo", "nccl"). */
 typedef enum { ZT_COMM_AUTO = 0, ZT_COMM_SHM, ZT_COMM_GLOO, ZT_COMM_NCCL } zt_comm_choice;
