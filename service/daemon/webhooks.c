@@ -116,9 +116,9 @@ static int attempt(zt_webhooks *w, const delivery *d, char *err, size_t err_size
     h = curl_slist_append(h, h_event);
     h = curl_slist_append(h, h_id);
     h = curl_slist_append(h, h_attempt);
-    /* No "Expect: 100-continue" (libcurl adds it to a large body, over 1 KiB before 7.8x, 1 MiB
-     * after): a receiver that speaks HTTP/1.0 never answers 100, and libcurl would wait a
-     * second for it on every attempt. */
+    /* No "Expect: 100-continue" (libcurl adds it to a large body: over 1 KiB in older releases,
+     * over 1 MiB in 7.88): a receiver that speaks HTTP/1.0 never answers 100, and libcurl would
+     * wait a second for it on every attempt. */
     h = curl_slist_append(h, "Expect:");
     if (d->secret) {
         signature(d->secret, d->body, h_sig);
