@@ -17,14 +17,11 @@ struct zt_job_history {
     int64_t n_records;
     cached *ring;       /* the newest records, oldest at ring_head */
     int ring_cap, ring_head, ring_count;
-    /* The value each key had when it was last reported, and at which step: a key's value is
-     * "at the last step" while its step is last_step. NaN: the record had null, which is how
-     * the ranks write a value that was not finite. */
+    /* The value each key had in the newest record that has it. NaN: that record had null,
+     * which is how the ranks write a value that was not finite. */
     char **keys;
     double *last_value;
-    int64_t *last_step_of;
     int n_keys, cap_keys;
-    int64_t last_step;
     zt_log_line *logs;  /* ring; texts owned, streams static */
     int log_ring, log_head, log_count;
     int64_t next_seq;
@@ -38,7 +35,6 @@ zt_job_history *zt_history_create(int log_ring, int record_cache) {
     ZT_ASSERT(h->logs);
     h->ring_cap = record_cache > 0 ? record_cache : 1;
     h->next_seq = 1;
-    h->last_step = INT64_MIN;
     return h;
 }
 
@@ -58,7 +54,6 @@ void zt_history_destroy(zt_job_history *h) {
         free(h->keys[i]);
     free(h->keys);
     free(h->last_value);
-    free(h->last_step_of);
     for (int i = 0; i < h->log_ring; i++)
         free((char *)h->logs[i].text);
     free(h->logs);
@@ -86,8 +81,7 @@ static int intern_key(zt_job_history *h, const char *key) {
         h->cap_keys = h->cap_keys ? 2 * h->cap_keys : 16;
         h->keys = realloc(h->keys, (size_t)h->cap_keys * sizeof *h->keys);
         h->last_value = realloc(h->last_value, (size_t)h->cap_keys * sizeof *h->last_value);
-        h->last_step_of = realloc(h->last_step_of, (size_t)h->cap_keys * sizeof *h->last_step_of);
-        ZT_ASSERT(h->keys && h->last_value && h->last_step_of);
+        ZT_ASSERT(h->keys && h->last_value);
     }
     h->keys[h->n_keys] = xstrdup(key);
     return h->n_keys++;
@@ -98,9 +92,6 @@ static int intern_key(zt_job_history *h, const char *key) {
 static int64_t note_values(zt_job_history *h, const cJSON *obj, int64_t default_step) {
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");
     int64_t step = cJSON_IsNumber(gs) ? (int64_t)gs->valuedouble : default_step;
-    /* The newest record's step, not the highest: after a restart from an earlier checkpoint
-     * the resumed run's records are the job's present. */
-    h->last_step = step;
     for (const cJSON *it = obj->child; it; it = it->next) {
         bool number = cJSON_IsNumber(it) && isfinite(it->valuedouble);
         if (!(number || cJSON_IsNull(it)) || !it->string)
@@ -109,7 +100,6 @@ static int64_t note_values(zt_job_history *h, const cJSON *obj, int64_t default_
         if (k < 0)
             continue;
         h->last_value[k] = number ? it->valuedouble : NAN;
-        h->last_step_of[k] = step;
     }
     return step;
 }
@@ -161,7 +151,7 @@ void zt_history_cached_records(const zt_job_history *h, int64_t since_step, int6
 
 bool zt_history_last_value(const zt_job_history *h, const char *key, double *value) {
     int k = find_key(h, key);
-    bool found = k >= 0 && h->last_step_of[k] == h->last_step;
+    bool found = k >= 0;
     *value = found ? h->last_value[k] : NAN;
     return found;
 }

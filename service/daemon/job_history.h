@@ -40,10 +40,9 @@ void zt_history_cached_records(const zt_job_history *h, int64_t since_step, int6
                                zt_record_fn emit, void *ctx);
 /* Forgets the ring (a job that has ended is read from the store); the last values stay. */
 void zt_history_drop_records(zt_job_history *h);
-/* Whether a record of the job's last step (the newest record's, which is lower than an earlier
- * one's after a restart from an earlier checkpoint) has `key`, and in *value the value it had there (the
- * newest such record's): NaN when that record had null, a value that was not finite, and when
- * none of them has the key. */
+/* Whether a record of the job has had `key`, and in *value the value of the newest record that
+ * has it, whatever its step (an eval-only record leaves the train keys as they were): NaN when
+ * that record had null, a value that was not finite, and when no record has had the key. */
 bool zt_history_last_value(const zt_job_history *h, const char *key, double *value);
 
 /* Stores a copy of the line; its seq must be zt_history_next_seq() or later. */

@@ -17,6 +17,11 @@ ZTRAIN_INJECT_NAN_GRAD makes it).
      are the newest record's step and the record-key gauges (learning rate, step time, skipped
      steps) are there. Before, the step stayed at 20 and those series vanished until the
      resumed run passed it.
+  e. A job whose eval_interval (3) is not a multiple of its log_interval (5): while its newest
+     record is an eval-only one (train/global_step and eval/loss), each record-key gauge keeps
+     the value of the newest record that has its key (metrics.jsonl's last train record).
+     Before, the loss, learning rate and grad norm vanished from the scrape until the next
+     logged step.
 prometheus_client's own parser also reads the scrape, where it is installed."""
 import json
 import math
@@ -163,4 +168,50 @@ with Daemon(BUILD, temp_dir("ztrain-promfmt-"), max_ranks=1,
         ck.check(len(of_job(series, metric, j.id)) == 1,
                  f"d: {metric} is there while the resumed run is below step {KILL_AT} "
                  f"({of_job(series, metric, j.id)})")
+
+def records(d, job_id):
+    with urllib.request.urlopen(f"{d.http_url}/api/v1/jobs/{job_id}/metrics.jsonl",
+                                timeout=30) as r:
+        return [json.loads(line)["values"] for line in r.read().decode().splitlines()]
+
+
+def scrape_at_eval_only_record(d, job_id, deadline):
+    """A scrape taken while the job's newest record is an eval-only one after a logged step (the
+    same newest record read before and after it), and the records then; None when none was
+    caught in time."""
+    while time.monotonic() < deadline:
+        before = records(d, job_id)
+        if (before and "train/loss" not in before[-1] and "eval/loss" in before[-1] and
+                any("train/loss" in r for r in before)):
+            text = scrape(d)
+            if records(d, job_id)[:len(before) + 1] == before:
+                return text, before
+        time.sleep(0.02)
+    return None, []
+
+
+with Daemon(BUILD, temp_dir("ztrain-promfmt-"), max_ranks=1,
+            env={"ZTRAIN_INJECT_SLOW_RANK": "100"}) as d:
+    job = tiny_job(d.data_root, name="eval-only", max_steps=400, log_interval=5,
+                   eval_interval=3, eval_steps=1)
+    job["data"]["val"] = job["data"]["train"]
+    j = submit(d, job)
+    text, recs = scrape_at_eval_only_record(d, j.id, time.monotonic() + 120)
+    ck.check(text is not None, "e: a scrape was taken while the newest record was eval-only")
+    if text is not None:
+        series = parse(text, "e")
+        train = [r for r in recs if "train/loss" in r][-1]
+        ck.check(of_job(series, "ztrain_job_step", j.id) == [recs[-1]["train/global_step"]],
+                 f"e: ztrain_job_step is the eval record's step {recs[-1]['train/global_step']}"
+                 f" ({of_job(series, 'ztrain_job_step', j.id)})")
+        for metric, key in (("ztrain_job_loss", "train/loss"),
+                            ("ztrain_job_learning_rate", "train/learning_rate"),
+                            ("ztrain_job_grad_norm", "train/grad_norm"),
+                            ("ztrain_job_skipped_steps_total", "train/skipped_steps")):
+            got = of_job(series, metric, j.id)
+            ck.check(got == [train[key]], f"e: at eval-only step {recs[-1]['train/global_step']}"
+                     f" {metric} {got} is the last train record's {key} ({train[key]}, "
+                     f"step {train['train/global_step']})")
+    d.stub().CancelJob(stubs()[0].CancelJobRequest(id=j.id, force=True), metadata=d.metadata,
+                       timeout=30)
 ck.done()

@@ -14,7 +14,11 @@ clients/python/README.md has it) against a real ztraind with a token.
   b. The version is one: CMake's project(VERSION), pyproject.toml's and ztrain.__version__
      agree, `ztraind --version` says it, HTTP answers carry `Server: ztraind/VERSION` and gRPC
      answers the same `server` initial metadata, which Client.server_version() reads.
-  c. Every public method of Client has a docstring (help(ztrain.Client))."""
+  c. Every public method of Client has a docstring (help(ztrain.Client)).
+  d. The streaming methods (watch, logs, anomalies) check their arguments at the call, before
+     the first next(), as list() does: a bad id, range or timeout raises InvalidArgument from
+     the call itself. wait(id, timeout=0) looks at the job once, as `kubectl wait --timeout=0`
+     does: a job that has ended is returned, not a TimeoutError."""
 import inspect
 import json
 import os
@@ -119,6 +123,40 @@ def case_c(ztrain):
              f"c: every public method of Client has a docstring (none: {bare})")
 
 
+def raised_at_call(call):
+    """What the call itself raises, before anything is iterated; None when it raises nothing."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the class is what is checked
+        return e
+    return None
+
+
+def case_d(ztrain, c, job):
+    for what, call, field in (
+            ("watch(42)", lambda: c.watch(42), "id"),
+            ("watch(since_step=2^63)", lambda: c.watch(job.id, since_step=INT64_MAX + 1),
+             "since_step"),
+            ("watch(timeout=0)", lambda: c.watch(job.id, timeout=0), "timeout"),
+            ("logs(42)", lambda: c.logs(42), "id"),
+            ("logs(timeout=-1)", lambda: c.logs(job.id, timeout=-1), "timeout"),
+            ("anomalies(42)", lambda: c.anomalies(42), "id"),
+            ("anomalies(page_size=True)", lambda: c.anomalies(job.id, page_size=True),
+             "page_size")):
+        e = raised_at_call(call)
+        ck.check(isinstance(e, ztrain.InvalidArgument) and e.field == field,
+                 f"d: {what} raises InvalidArgument naming {field} at the call, before "
+                 f"next() ({e!r})")
+    for timeout in (0, -1):
+        try:
+            got = c.wait(job.id, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - reported below
+            got = e
+        ck.check(isinstance(got, ztrain.pb.Job) and got.id == job.id and got.state == job.state,
+                 f"d: wait(ended job, timeout={timeout}) returns the job, as kubectl wait "
+                 f"--timeout=0 checks once ({getattr(got, 'id', got)!r:.120})")
+
+
 def main():
     sys.path.insert(0, CLIENT)
     import ztrain
@@ -129,6 +167,7 @@ def main():
             job = c.wait(c.submit(tiny_job(d.data_root, max_steps=3)).id, timeout=120)
             case_a(ztrain, c, d, job)
             case_b(ztrain, c, d)
+            case_d(ztrain, c, job)
     case_c(ztrain)
     ck.done()
 

@@ -277,14 +277,13 @@ class Client:
         after the one with that seq (the last Anomaly.seq received) and, with logs, the Log
         lines after the one with that seq (the last Log.seq received: the lines the daemon
         still keeps after it come first) come. timeout: gRPC's deadline for the whole stream,
-        in seconds (None: none), as Client's timeout (0 is InvalidArgument)."""
+        in seconds (None: none), as Client's timeout (0 is InvalidArgument). Bad arguments
+        raise InvalidArgument at the call, before the first next()."""
         req = build(pb.WatchJobRequest, id=_id(job_id), since_step=since_step, logs=logs,
                     after_seq=after_seq, after_anomaly_seq=after_anomaly_seq,
                     after_log_seq=after_log_seq)
-        for ev in self._stream("WatchJob", req, _timeout(timeout)):
-            e = _event(ev)
-            if e is not None:
-                yield e
+        stream = self._stream("WatchJob", req, _timeout(timeout))
+        return (e for e in map(_event, stream) if e is not None)
 
     def metrics(self, job_id: str, keys: Union[str, Sequence[str]] = (), since_step: int = 0,
                 max_points: int = 0, as_frame: bool = False):
@@ -310,10 +309,10 @@ class Client:
         """The last `tail` lines of every rank (None: the server's default, 100; 0: none);
         with follow, then new lines until the job ends (with tail=0, only those). A tail above
         what the request carries (2^31-1) asks for every line kept, as it does. timeout: as
-        watch()'s."""
+        watch()'s; bad arguments raise at the call, as watch()'s do."""
         tail = {} if tail is None else {"tail": tail}
         req = build(pb.StreamLogsRequest, id=_id(job_id), follow=follow, **tail)
-        yield from self._stream("StreamLogs", req, _timeout(timeout))
+        return self._stream("StreamLogs", req, _timeout(timeout))
 
     def checkpoints(self, job_id: str) -> "pb.ListCheckpointsResponse":
         """The checkpoints in the job's checkpoint directory (.checkpoints, each with tag, step
@@ -329,15 +328,19 @@ class Client:
         return json.loads(resp.deepspeed_json)
 
     def anomalies(self, job_id: str, page_size: int = 0) -> Iterator["pb.AnomalyEvent"]:
-        """The job's anomaly events, oldest first, fetched page by page."""
-        token = ""
-        while True:
-            page = self._call("ListAnomalies", build(
-                pb.ListAnomaliesRequest, id=_id(job_id), page_size=page_size, page_token=token))
-            yield from page.anomalies
-            token = page.next_page_token
-            if not token:
-                return
+        """The job's anomaly events, oldest first, fetched page by page. Bad arguments raise
+        InvalidArgument at the call, before any request, as list()'s do."""
+        request = build(pb.ListAnomaliesRequest, id=_id(job_id), page_size=page_size)
+
+        def pages():
+            while True:
+                page = self._call("ListAnomalies", request)
+                yield from page.anomalies
+                if not page.next_page_token:
+                    return
+                request.page_token = page.next_page_token
+
+        return pages()
 
     def webhook_deliveries(self, job_id: str, page_size: int = 0) -> List["pb.WebhookDelivery"]:
         """The job's newest webhook delivery attempts (page_size of them; 0: up to 10,000),
@@ -358,7 +361,10 @@ class Client:
         restarts), is retried with backoff (Client.RECONNECT_FIRST doubling up to
         RECONNECT_LONGEST seconds) and resumed after the last record received, until the
         timeout (TimeoutError); with no timeout, ServiceUnavailable once the daemon has been
-        unreachable for RECONNECT_LIMIT seconds in a row."""
+        unreachable for RECONNECT_LIMIT seconds in a row. A timeout of 0 or below looks at
+        the job once (kubectl wait --timeout=0): the job if it has ended, else TimeoutError."""
+        if timeout is not None and timeout <= 0:
+            return self._wait_once(job_id, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         after_seq = after_anomaly_seq = 0
         pause = self.RECONNECT_FIRST
@@ -402,6 +408,14 @@ class Client:
             wait = pause if left() is None else min(pause, max(left(), 0))
             time.sleep(wait)
             pause = min(pause * 2, self.RECONNECT_LONGEST)
+
+    def _wait_once(self, job_id, timeout) -> "pb.Job":
+        """wait() with no time left (timeout 0 or below): the job if it has ended, else
+        TimeoutError, from one look at it, as `kubectl wait --timeout=0` checks once."""
+        job = self._call("GetJob", build(pb.GetJobRequest, id=_id(job_id)))
+        if state_name(job.state) in TERMINAL:
+            return job
+        raise TimeoutError(f"{job_id} did not end within {timeout} s")
 
 
 def _frame(series: Dict[str, List[Tuple[int, float]]]):
