@@ -4,6 +4,7 @@
  * this loop polls and dispatches for both. */
 #define _GNU_SOURCE
 #include "supervisor.h"
+#include "daemon/oplog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -122,8 +123,8 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
     snprintf(job_var, sizeof job_var, "ZTRAIN_JOB_ID=%s", spec->job_id ? spec->job_id : "");
     /* Without a record the job runs all the same: only the clean-up after a SIGKILL is lost. */
     if (zt_rank_record_init(&g->record) != ZT_OK)
-        fprintf(stderr, "ztraind: warning: %s; a rank killed with SIGKILL will leave its NVMe "
-                        "offload directory behind\n", zt_last_error());
+        zt_oplog(ZT_LOG_WARNING, "warning: %s; a rank killed with SIGKILL will leave its NVMe "
+                         "offload directory behind\n", zt_last_error());
     const char *extra[3] = {NULL}, **x = extra;
     if (spec->job_id)
         *x++ = job_var;
