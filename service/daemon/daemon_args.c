@@ -103,8 +103,8 @@ static int config_line(word_list *w, const char *path, int line_no, char *line,
     /* --help and --version would print and exit 0 instead of starting the daemon the file
      * configures: a supervisor would take that for a clean stop. */
     if (!strcmp(flag, "--help") || !strcmp(flag, "--version")) {
-        zt_oplog(ZT_LOG_ERR, "%s:%d: '%s' is not a setting: a config file holds the flags "
-                         "that configure the daemon (help and version are the command line's)\n",
+        zt_oplog(ZT_LOG_ERR, "%s:%d: '%s' is not a setting: a config file holds the flags that "
+                             "configure the daemon (help and version are the command line's)\n",
                  path, line_no, s);
         return -1;
     }

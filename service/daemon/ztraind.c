@@ -422,7 +422,7 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
     }
     if (o->tls_client_ca && !o->tls_cert) {
         zt_oplog(ZT_LOG_ERR, "--tls-client-ca needs --tls-cert and --tls-key: client "
-                         "certificates are checked in the server's TLS handshake\n");
+                             "certificates are checked in the server's TLS handshake\n");
         return -1;
     }
     return 0;
@@ -457,13 +457,13 @@ static int slurm_setup(const options *o, slurm_paths *p, zt_slurm_config *cfg) {
     if (!find_in_path("srun", p->srun, sizeof p->srun) ||
         !find_in_path("scancel", p->scancel, sizeof p->scancel)) {
         zt_oplog(ZT_LOG_ERR, "--launcher slurm needs srun and scancel in PATH (Debian: apt "
-                         "install slurm-client)\n");
+                             "install slurm-client)\n");
         return -1;
     }
     bool setpriv = find_in_path("setpriv", p->setpriv, sizeof p->setpriv);
     if (!setpriv)
         zt_oplog(ZT_LOG_WARNING, "warning: setpriv (util-linux) is not in PATH: a ztraind that "
-                         "dies leaves its sruns running until it is restarted\n");
+                                 "dies leaves its sruns running until it is restarted\n");
     *cfg = (zt_slurm_config){.srun = p->srun, .scancel = p->scancel,
                              .setpriv = setpriv ? p->setpriv : NULL,
                              .partition = o->slurm_partition,
@@ -547,8 +547,8 @@ static int check_listen(const char *flag, const char *addr) {
     if (taken || !in_use)
         return 0;
     zt_oplog(ZT_LOG_ERR, "%s %s: cannot listen there: the address is in use (another ztraind "
-                     "or another program listens on it); choose another port, or stop that "
-                     "program\n", flag, addr);
+                         "or another program listens on it); choose another port, or stop that "
+                         "program\n", flag, addr);
     return -1;
 }
 
@@ -636,7 +636,7 @@ static int lock_state_dir(const char *dir) {
             pid[strcspn(pid, "\n")] = '\0';
         if (n > 0)
             zt_oplog(ZT_LOG_ERR, "--state-dir %s is in use by another ztraind (pid %s, "
-                             "%s): one daemon per state directory\n", dir, pid, path);
+                                 "%s): one daemon per state directory\n", dir, pid, path);
         else
             zt_oplog(ZT_LOG_ERR, "--state-dir %s: cannot lock %s: %s\n", dir, path,
                      errno == EWOULDBLOCK ? "held by another ztraind" : strerror(errno));
@@ -782,7 +782,7 @@ int main(int argc, char **argv) {
     const char *host_name = NULL;
     if (!slurm && zt_host_memory_read(&hm) != ZT_OK)
         zt_oplog(ZT_LOG_WARNING, "warning: %s; jobs are admitted by --max-rank-memory and "
-                         "--max-job-memory alone\n", zt_last_error());
+                                 "--max-job-memory alone\n", zt_last_error());
     else if (!slurm)
         host_name = hm.cgroup_limited ? "this host's memory as ztraind's memory cgroup limits it"
                                       : "this host's memory (MemTotal)";

@@ -142,10 +142,10 @@ static void log_refusals_locked(void) {
     g.last_log_ms = now;
     if (g.refused_bound)
         zt_oplog(ZT_LOG_WARNING, "grpc: refused %ld connection(s): %d are open, which is the bound "
-                         "(--max-grpc-connections)\n", g.refused_bound, g.n_open);
+                                 "(--max-grpc-connections)\n", g.refused_bound, g.n_open);
     if (g.refused_fds)
         zt_oplog(ZT_LOG_WARNING, "grpc: refused %ld connection(s): the process is out of file "
-                         "descriptors\n", g.refused_fds);
+                                 "descriptors\n", g.refused_fds);
     g.refused_bound = g.refused_fds = 0;
 }
 
