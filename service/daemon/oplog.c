@@ -7,11 +7,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-/* systemd sets JOURNAL_STREAM for a service whose stdout or stderr goes to the journal. */
-bool zt_oplog_to_journal(void) {
+/* systemd sets JOURNAL_STREAM to "DEVICE:INODE" of the journal stream it connects a service's
+ * stdout or stderr to (systemd.exec(5)); a program started from such a service with its output
+ * redirected inherits the variable, so the descriptor itself is compared. */
+bool zt_oplog_to_journal(int fd) {
     const char *v = getenv("JOURNAL_STREAM");
-    return v && v[0];
+    unsigned long long dev, ino;
+    struct stat st;
+    return v && sscanf(v, "%llu:%llu", &dev, &ino) == 2 && fstat(fd, &st) == 0 &&
+           (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
 /* Writes text line by line, each line after the level's "<N>" prefix when there is one. */
@@ -33,10 +39,10 @@ void zt_oplog(zt_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
     va_end(ap);
-    char prefix[8] = "";
-    if (zt_oplog_to_journal())
-        snprintf(prefix, sizeof prefix, "<%d>", (int)level);
     FILE *f = level <= ZT_LOG_WARNING ? stderr : stdout;
+    char prefix[8] = "";
+    if (zt_oplog_to_journal(fileno(f)))
+        snprintf(prefix, sizeof prefix, "<%d>", (int)level);
     flockfile(f);
     write_lines(f, prefix, text);
     fflush(f);

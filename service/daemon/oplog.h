@@ -14,14 +14,14 @@ typedef enum {
 } zt_log_level;
 
 /* Writes "ztraind: " and the formatted text, which ends with a newline and may hold several
- * lines, to stderr (errors and warnings) or stdout (info; flushed at once). When ztraind's
- * output is journald's (JOURNAL_STREAM is set, as systemd sets it for a service), every line
- * starts with "<N>", N the level, so that `journalctl -p warning` shows errors and warnings;
+ * lines, to stderr (errors and warnings) or stdout (info; flushed at once). When that stream
+ * is journald's (JOURNAL_STREAM names it, as systemd does for a service), every line starts
+ * with "<N>", N the level, so that `journalctl -p warning` shows errors and warnings;
  * otherwise lines are written as they are. Safe from any thread. */
 void zt_oplog(zt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Whether ztraind's output goes to journald (JOURNAL_STREAM is set), so lines carry "<N>". */
-bool zt_oplog_to_journal(void);
+/* Whether fd is journald's stream: JOURNAL_STREAM names its device and inode. */
+bool zt_oplog_to_journal(int fd);
 
 /* Copies text to out (size bytes, always terminated) with backslash, double quote and every
  * control character escaped (\\, \", \n, \t, \xNN), so that text a user chose (a job's name,

@@ -702,7 +702,7 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    hangup_to_journal = zt_oplog_to_journal();
+    hangup_to_journal = zt_oplog_to_journal(STDERR_FILENO);
     struct sigaction hup = {.sa_handler = on_hangup, .sa_flags = SA_RESTART};
     sigemptyset(&hup.sa_mask);
     sigaction(SIGHUP, &hup, NULL);

@@ -6,10 +6,11 @@ a. each state change of a job is one line, `ztraind: job ID "NAME": STATE`, in t
    cancelled job's line carries its reason too;
 b. quotes and backslashes in a job's name, and control characters in a rank's last stderr line
    (which the reason quotes) are escaped: a line cannot be forged or end early;
-c. with JOURNAL_STREAM set (systemd's sign that stdout/stderr go to journald) every line starts
-   with sd-daemon(3)'s priority: `<6>` for the ready line and the states, `<4>` for a restart,
+c. with JOURNAL_STREAM naming the device and inode of ztraind's output (systemd's sign that
+   stdout/stderr go to journald, systemd.exec(5)) every line starts with sd-daemon(3)'s priority: `<6>` for the ready line and the states, `<4>` for a restart,
    `<3>` for the failure, `<4>` for the SIGHUP that ztraind ignores; without it no line has a
-   prefix."""
+   prefix, nor when JOURNAL_STREAM names another file (inherited from a service that started
+   ztraind with its output elsewhere)."""
 import os
 import re
 import signal
@@ -55,6 +56,13 @@ def failing_worker(tmp):
     return path
 
 
+def stream_of(path):
+    """JOURNAL_STREAM as systemd writes it for the file at path: "DEVICE:INODE"."""
+    open(path, "a").close()
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def job_lines(log, job_id):
     """(priority prefix, text after `ztraind: job ID `) of the job's lines, in order."""
     pat = re.compile(r"^(<\d>)?ztraind: job " + re.escape(job_id) + r" (.*)$")
@@ -75,7 +83,7 @@ def run_fail(d, max_restarts=0):
 
 tmp = temp_dir("ztrain-oplog-")
 with Daemon(BUILD, tmp, max_ranks=2, extra_args=["--worker", failing_worker(tmp)],
-            env={"JOURNAL_STREAM": ""}) as d:
+            env={"JOURNAL_STREAM": stream_of(os.path.join(tmp, "elsewhere"))}) as d:
     ok = submit(d, tiny_job(d.data_root, name=EVIL_NAME, max_steps=3))
     ok = wait_state(d, ok.id, {"SUCCEEDED", "FAILED", "CANCELLED"})
     bad = run_fail(d)
@@ -106,11 +114,12 @@ with Daemon(BUILD, tmp, max_ranks=2, extra_args=["--worker", failing_worker(tmp)
     want = f'"long": CANCELLED: {escaped(cancelled.reason)}'
     c.check(lines and lines[-1] == ("", want) and cancelled.reason,
             f"the cancelled job's last line is its state and reason ({lines[-1:]})")
-    c.check(not re.search(r"^<\d>", log, re.M), "without JOURNAL_STREAM no line has a prefix")
+    c.check(not re.search(r"^<\d>", log, re.M),
+            "with JOURNAL_STREAM naming another file no line has a prefix")
 
 tmp = temp_dir("ztrain-oplog-journal-")
 with Daemon(BUILD, tmp, max_ranks=2, extra_args=["--worker", failing_worker(tmp)],
-            env={"JOURNAL_STREAM": "8:12345"}) as d:
+            env={"JOURNAL_STREAM": stream_of(os.path.join(tmp, "ztraind.log"))}) as d:
     bad = run_fail(d, max_restarts=1)
     d.proc.send_signal(signal.SIGHUP)
     time.sleep(0.5)
