@@ -100,7 +100,7 @@ const char *zt_grpc_status_name(grpc_status_code code) {
     return names[code];
 }
 
-static const char *log_program = "ztrain";
+static void (*log_write_line)(const char *text);
 static int log_per_minute;
 static atomic_bool log_muted;
 
@@ -114,14 +114,19 @@ static void log_limited(gpr_log_func_args *args) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     pthread_mutex_lock(&mu);
     if (now.tv_sec - window_start >= 60) {
-        if (dropped)
-            fprintf(stderr, "%s: grpc: %d more messages were not logged\n", log_program, dropped);
+        if (dropped) {
+            char text[96];
+            snprintf(text, sizeof text, "grpc: %d more messages were not logged", dropped);
+            log_write_line(text);
+        }
         window_start = now.tv_sec;
         in_window = dropped = 0;
     }
-    if (in_window++ < log_per_minute)
-        fprintf(stderr, "%s: grpc: %s\n", log_program, args->message);
-    else
+    if (in_window++ < log_per_minute) {
+        char text[2048];
+        snprintf(text, sizeof text, "grpc: %s", args->message);
+        log_write_line(text);
+    } else
         dropped++;
     pthread_mutex_unlock(&mu);
 }
@@ -130,8 +135,8 @@ void zt_grpc_log_mute(bool mute) {
     atomic_store(&log_muted, mute);
 }
 
-void zt_grpc_log_limit(const char *program, int per_minute) {
-    log_program = program;
+void zt_grpc_log_limit(void (*write_line)(const char *text), int per_minute) {
+    log_write_line = write_line;
     log_per_minute = per_minute;
     gpr_set_log_function(log_limited);
 }

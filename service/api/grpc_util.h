@@ -40,11 +40,11 @@ grpc_status_code zt_grpc_status_from_zt(int s);
 /* "NOT_FOUND", "UNAVAILABLE", ... (the names clients print); "UNKNOWN" for anything else. */
 const char *zt_grpc_status_name(grpc_status_code code);
 
-/* From now on gRPC's own log lines go to stderr as "PROGRAM: grpc: <message>", at most
+/* From now on gRPC's own log lines go to write_line as "grpc: <message>" (no newline), at most
  * per_minute of them a minute, followed by how many were left out: gRPC logs every failed TLS
  * handshake, and a client reconnecting in a loop must not fill a daemon's log. Process-wide;
- * program must be a string that lives as long as the process. */
-void zt_grpc_log_limit(const char *program, int per_minute);
+ * write_line is the program's own log function (ztraind's gives the lines a severity). */
+void zt_grpc_log_limit(void (*write_line)(const char *text), int per_minute);
 
 /* While muted, the messages zt_grpc_log_limit would print are dropped: for a call whose failure
  * the caller words itself (a port in use), where gRPC core would log its raw error text too.

@@ -1,6 +1,7 @@
 /* ztraind's command line: "--flag=value" split in two, "--config FILE" read (daemon_args.h). */
 #define _GNU_SOURCE
 #include "daemon_args.h"
+#include "oplog.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -85,37 +86,37 @@ static int config_line(word_list *w, const char *path, int line_no, char *line,
         value = trim(value + 1);
     s[name_len] = '\0';
     if (s[0] == '-') {
-        fprintf(stderr, "ztraind: %s:%d: write the flag without its dashes ('%s' -> '%s')\n",
-                path, line_no, s, s + strspn(s, "-"));
+        zt_oplog(ZT_LOG_ERR, "%s:%d: write the flag without its dashes ('%s' -> '%s')\n",
+                 path, line_no, s, s + strspn(s, "-"));
         return -1;
     }
     char flag[256];
     if (snprintf(flag, sizeof flag, "--%s", s) >= (int)sizeof flag) {
-        fprintf(stderr, "ztraind: %s:%d: flag name too long\n", path, line_no);
+        zt_oplog(ZT_LOG_ERR, "%s:%d: flag name too long\n", path, line_no);
         return -1;
     }
     if (strcmp(flag, "--config") == 0) {
-        fprintf(stderr, "ztraind: %s:%d: config files do not nest (config = %s)\n", path,
-                line_no, value);
+        zt_oplog(ZT_LOG_ERR, "%s:%d: config files do not nest (config = %s)\n", path,
+                 line_no, value);
         return -1;
     }
     /* --help and --version would print and exit 0 instead of starting the daemon the file
      * configures: a supervisor would take that for a clean stop. */
     if (!strcmp(flag, "--help") || !strcmp(flag, "--version")) {
-        fprintf(stderr, "ztraind: %s:%d: '%s' is not a setting: a config file holds the flags "
-                        "that configure the daemon (help and version are the command line's)\n",
-                path, line_no, s);
+        zt_oplog(ZT_LOG_ERR, "%s:%d: '%s' is not a setting: a config file holds the flags that "
+                             "configure the daemon (help and version are the command line's)\n",
+                 path, line_no, s);
         return -1;
     }
     bool sw = is_switch(flag, strlen(flag), switches);
     if (sw && *value) {
-        fprintf(stderr, "ztraind: %s:%d: '%s' takes no value (got '%s')\n", path, line_no, s,
-                value);
+        zt_oplog(ZT_LOG_ERR, "%s:%d: '%s' takes no value (got '%s')\n", path, line_no, s,
+                 value);
         return -1;
     }
     if (!sw && !*value) {
-        fprintf(stderr, "ztraind: %s:%d: '%s' needs a value ('%s = VALUE')\n", path, line_no, s,
-                s);
+        zt_oplog(ZT_LOG_ERR, "%s:%d: '%s' needs a value ('%s = VALUE')\n", path, line_no, s,
+                 s);
         return -1;
     }
     if (asprintf(&w->origin, "%s:%d", path, line_no) < 0) {
@@ -133,7 +134,7 @@ static int config_line(word_list *w, const char *path, int line_no, char *line,
 static int read_config(word_list *w, const char *path, const char *const *switches) {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "ztraind: --config %s: %s\n", path, strerror(errno));
+        zt_oplog(ZT_LOG_ERR, "--config %s: %s\n", path, strerror(errno));
         return -1;
     }
     char *line = NULL;
@@ -144,18 +145,18 @@ static int read_config(word_list *w, const char *path, const char *const *switch
         line_no++;
         total += (size_t)len;
         if (total > MAX_CONFIG_BYTES) {
-            fprintf(stderr, "ztraind: %s: larger than %d bytes: not a config file\n", path,
-                    MAX_CONFIG_BYTES);
+            zt_oplog(ZT_LOG_ERR, "%s: larger than %d bytes: not a config file\n", path,
+                     MAX_CONFIG_BYTES);
             rc = -1;
         } else if (memchr(line, '\0', (size_t)len)) {
-            fprintf(stderr, "ztraind: %s:%d: a NUL byte: not a text file\n", path, line_no);
+            zt_oplog(ZT_LOG_ERR, "%s:%d: a NUL byte: not a text file\n", path, line_no);
             rc = -1;
         } else {
             rc = config_line(w, path, line_no, line, switches);
         }
     }
     if (rc == 0 && ferror(f)) {
-        fprintf(stderr, "ztraind: --config %s: %s\n", path, strerror(errno));
+        zt_oplog(ZT_LOG_ERR, "--config %s: %s\n", path, strerror(errno));
         rc = -1;
     }
     free(line);
@@ -174,12 +175,12 @@ int zt_daemon_args_expand(int argc, char **argv, const char *const *switches, in
         size_t flag_len = eq ? (size_t)(eq - a) : strlen(a);
         const char *value = eq ? eq + 1 : NULL;
         if (eq && is_switch(a, flag_len, switches)) {
-            fprintf(stderr, "ztraind: %.*s takes no value (got '%s')\n", (int)flag_len, a, a);
+            zt_oplog(ZT_LOG_ERR, "%.*s takes no value (got '%s')\n", (int)flag_len, a, a);
             goto fail;
         }
         if (flag_len == 8 && strncmp(a, "--config", 8) == 0) {
             if (!value && i + 1 >= argc) {
-                fprintf(stderr, "ztraind: --config needs a file\n");
+                zt_oplog(ZT_LOG_ERR, "--config needs a file\n");
                 goto fail;
             }
             if (read_config(&w, value ? value : argv[++i], switches) != 0)
@@ -196,7 +197,7 @@ int zt_daemon_args_expand(int argc, char **argv, const char *const *switches, in
     *out_origins = w.origins;
     return 0;
 oom:
-    fprintf(stderr, "ztraind: out of memory reading the command line\n");
+    zt_oplog(ZT_LOG_ERR, "out of memory reading the command line\n");
 fail:
     free_words(&w);
     return -1;

@@ -4,6 +4,7 @@
  * watchers job_watch.c's; what they share is in job_manager_internal.h. */
 #define _GNU_SOURCE
 #include "job_manager.h"
+#include "oplog.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -185,8 +186,8 @@ static void add_job(zt_jobs *jm, job *j) {
 void zt_jm_store_result(zt_jobs *jm, zt_status s) {
     if (s == ZT_OK) {
         if (jm->store_failing)
-            fprintf(stderr, "ztraind: the state file is written again (%ld later failed "
-                    "write(s) not reported)\n", jm->store_failures_unsaid);
+            zt_oplog(ZT_LOG_INFO, "the state file is written again (%ld later failed "
+                     "write(s) not reported)\n", jm->store_failures_unsaid);
         jm->store_failing = false;
         jm->store_failures_unsaid = 0;
         return;
@@ -198,18 +199,35 @@ void zt_jm_store_result(zt_jobs *jm, zt_status s) {
         return;
     }
     jm->store_failing = true;
-    fprintf(stderr, "ztraind: %s (the jobs go on; what is not written is lost when ztraind "
-            "restarts)\n", zt_last_error());
+    zt_oplog(ZT_LOG_ERR, "%s (the jobs go on; what is not written is lost when ztraind "
+             "restarts)\n", zt_last_error());
 }
 
 void zt_jm_persist(zt_jobs *jm, const job *j) {
     zt_jm_store_result(jm, zt_store_put_job(jm->store, &j->info));
 }
 
+/* ztraind's line for the operator on the job's new state: a failure is an error, a restart a
+ * warning. The name and reason are escaped: they hold what users and ranks wrote. */
+static void log_state(const job *j) {
+    char name[512], reason[2048];
+    zt_oplog_escape(name, sizeof name, j->info.name ? j->info.name : "");
+    zt_oplog_escape(reason, sizeof reason, j->info.reason);
+    zt_job_state s = j->info.state;
+    zt_log_level level = s == ZT_JOB_FAILED   ? ZT_LOG_ERR
+                         : s == ZT_JOB_QUEUED && reason[0] ? ZT_LOG_WARNING
+                                                           : ZT_LOG_INFO;
+    zt_oplog(level, "job %s \"%s\": %s%s%s\n", j->info.id, name, zt_job_state_name(s),
+             reason[0] ? ": " : "", reason);
+}
+
 void zt_jm_set_state(zt_jobs *jm, job *j, zt_job_state s) {
     if (zt_job_state_terminal(j->info.state))
         return;
+    bool changed = j->info.state != s;
     j->info.state = s;
+    if (changed)
+        log_state(j);
     /* An ended job's history is read from the store: its newest records need not stay. */
     if (zt_job_state_terminal(s)) {
         zt_jm_attempt_ended(jm, j, s == ZT_JOB_FAILED);
@@ -572,6 +590,7 @@ static zt_status submit_as(zt_jobs *jm, const char *spec_json, const char *key,
         if (saved == ZT_OK) {
             jm->last_number = number;
             add_job(jm, j);
+            log_state(j);
             log_config_notes(jm, j, &spec);
             zt_jm_schedule(jm, false);
             info_copy(info, &j->info);
@@ -780,8 +799,8 @@ void zt_jm_logs(zt_jobs *jm, job *j, int tail, zt_log_fn emit, void *ctx) {
     if (tail > in_ring && first_seq > 1) {
         zt_status s = zt_store_logs(jm->store, j->info.id, first_seq, tail - in_ring, emit, ctx);
         if (s != ZT_OK)
-            fprintf(stderr, "ztraind: %s (serving the log lines in memory only)\n",
-                    zt_last_error());
+            zt_oplog(ZT_LOG_WARNING, "%s (serving the log lines in memory only)\n",
+                     zt_last_error());
     }
     zt_history_logs(j->history, tail, emit, ctx);
 }

@@ -17,6 +17,7 @@
 #include "ztrain/fsutil.h"
 #include "job_events.h"
 #include "job_manager_internal.h"
+#include "oplog.h"
 #include "ranks/proc_spawn.h"
 #include "ranks/rank_group.h"
 
@@ -505,8 +506,14 @@ static void on_group_ended(void *group_ctx, const zt_group_end *end) {
     zt_supervisor_wake(jm->sup);
 }
 
+/* The supervisor's own problems go to ztraind's log as warnings. */
+static void on_warning(void *ctx, const char *text) {
+    (void)ctx;
+    zt_oplog(ZT_LOG_WARNING, "%s\n", text);
+}
+
 const zt_supervisor_callbacks zt_jm_supervisor_callbacks = {
     .tick = on_tick, .metrics_line = on_metrics_line, .log_line = on_log_line,
     .rank_exited = on_rank_exited, .rank_placed = on_rank_placed,
-    .launch_event = on_launch_event, .group_ended = on_group_ended,
+    .launch_event = on_launch_event, .group_ended = on_group_ended, .warning = on_warning,
 };

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "webhooks.h"
+#include "oplog.h"
 
 typedef struct delivery {
     struct delivery *next;
@@ -68,7 +69,7 @@ static void record(zt_webhooks *w, const delivery *d, int http_status, const cha
                      .error = error, .outcome = outcome};
     zt_status s = zt_event_store_add_delivery(w->store, &r);
     if (s != ZT_OK)
-        fprintf(stderr, "ztraind: webhook delivery %s: %s\n", d->id, zt_last_error());
+        zt_oplog(ZT_LOG_WARNING, "webhook delivery %s: %s\n", d->id, zt_last_error());
 }
 
 /* Inserts by due time (the queue's lock held). */

@@ -38,6 +38,7 @@
 #include "http/http_api.h"
 #include "daemon_args.h"
 #include "job_manager.h"
+#include "oplog.h"
 #include "webhooks.h"
 #include "ranks/metrics_listener.h"
 #include "ranks/proc_spawn.h"
@@ -147,17 +148,27 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
+/* Whether on_hangup's line, which zt_oplog cannot write from a signal handler, carries its
+ * journald priority as zt_oplog's lines do. */
+static bool hangup_to_journal;
+
 /* SIGHUP (the terminal ztraind was started from closed, or a `kill -HUP` meant as "reload")
  * must not end the daemon at once and every running job with it: flags and the --config file are
  * read once, at start, so it is ignored, saying so. write(2): the one way to say it from a
  * handler. */
 static void on_hangup(int sig) {
     (void)sig;
-    static const char msg[] = "ztraind: SIGHUP ignored: flags and the --config file are read only "
-                              "at start, a change takes a restart (SIGTERM or SIGINT stop "
+    static const char msg[] = "<4>ztraind: SIGHUP ignored: flags and the --config file are read "
+                              "only at start, a change takes a restart (SIGTERM or SIGINT stop "
                               "ztraind)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    size_t skip = hangup_to_journal ? 0 : 3;
+    ssize_t w = write(STDERR_FILENO, msg + skip, sizeof msg - 1 - skip);
     (void)w;
+}
+
+/* gRPC core's own messages (a failed TLS handshake, a refused connection) are warnings. */
+static void log_grpc_line(const char *text) {
+    zt_oplog(ZT_LOG_WARNING, "%s\n", text);
 }
 
 /* The most --http-host or --http-allow-origin values: each request is checked against them. */
@@ -189,8 +200,8 @@ static int parse_long(const char *flag, const char *v, long min, long max, long 
     errno = 0;
     long n = strtol(v, &end, 10);
     if (errno || end == v || *end || n < min || n > max) {
-        fprintf(stderr, "ztraind: %s expects an integer in [%ld, %ld], got '%s'\n%s", flag, min,
-                max, v, usage_hint);
+        zt_oplog(ZT_LOG_ERR, "%s expects an integer in [%ld, %ld], got '%s'\n%s", flag, min,
+                 max, v, usage_hint);
         return -1;
     }
     *out = n;
@@ -202,12 +213,12 @@ static int parse_long(const char *flag, const char *v, long min, long max, long 
 static int add_name(const char *flag, const char *v, zt_status (*check)(const char *),
                     const char **list, size_t *n) {
     if (check(v) != ZT_OK) {
-        fprintf(stderr, "ztraind: %s %s\n", flag, zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "%s %s\n", flag, zt_last_error());
         return -1;
     }
     if (*n == MAX_HTTP_NAMES) {
-        fprintf(stderr, "ztraind: %s: at most %d values ('%s' is one too many)\n", flag,
-                MAX_HTTP_NAMES, v);
+        zt_oplog(ZT_LOG_ERR, "%s: at most %d values ('%s' is one too many)\n", flag,
+                 MAX_HTTP_NAMES, v);
         return -1;
     }
     list[(*n)++] = v;
@@ -230,18 +241,18 @@ static void unknown_flag(const char *a, const char *origin) {
     char near[64];
     bool hint = zt_text_suggest(a, usage, near, sizeof near) != NULL;
     if (origin)
-        fprintf(stderr, "ztraind: %s: unknown key '%s'%s%s%s (see ztraind --help for the flags a "
-                "config file may set, written without their dashes)\n", origin,
-                strncmp(a, "--", 2) == 0 ? a + 2 : a, hint ? " (did you mean " : "",
-                hint ? near + 2 : "", hint ? "?)" : "");
+        zt_oplog(ZT_LOG_ERR, "%s: unknown key '%s'%s%s%s (see ztraind --help for the flags a "
+                 "config file may set, written without their dashes)\n", origin,
+                 strncmp(a, "--", 2) == 0 ? a + 2 : a, hint ? " (did you mean " : "",
+                 hint ? near + 2 : "", hint ? "?)" : "");
     else if (a[0] != '-')
         /* ztraind takes no operands: a word that is not an option is named as ztrain names a
          * stray argument, not as an option it is not. */
-        fprintf(stderr, "ztraind: unexpected argument '%s' (ztraind takes only options)\n%s", a,
-                usage_hint);
+        zt_oplog(ZT_LOG_ERR, "unexpected argument '%s' (ztraind takes only options)\n%s", a,
+                 usage_hint);
     else
-        fprintf(stderr, "ztraind: unknown option '%s'%s%s%s\n%s", a,
-                hint ? " (did you mean " : "", hint ? near : "", hint ? "?)" : "", usage_hint);
+        zt_oplog(ZT_LOG_ERR, "unknown option '%s'%s%s%s\n%s", a,
+                 hint ? " (did you mean " : "", hint ? near : "", hint ? "?)" : "", usage_hint);
 }
 
 /* Parses the flags into o; origins[i] is where argv[i] was read (daemon_args.h). On an error,
@@ -264,7 +275,7 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
         }
         if (i + 1 >= argc) {
             if (known_flag(a))
-                fprintf(stderr, "ztraind: %s needs a value\n%s", a, usage_hint);
+                zt_oplog(ZT_LOG_ERR, "%s needs a value\n%s", a, usage_hint);
             else
                 unknown_flag(a, NULL);
             *bad = i;
@@ -321,7 +332,7 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
                               : strcmp(a, "--max-job-memory") == 0 ? &o->max_job_bytes
                                                                    : &o->max_device_bytes;
             if (zt_parse_bytes(v, a, limit) != ZT_OK) {
-                fprintf(stderr, "ztraind: %s\n%s", zt_last_error(), usage_hint);
+                zt_oplog(ZT_LOG_ERR, "%s\n%s", zt_last_error(), usage_hint);
                 rc = -1;
             }
         } else if (strcmp(a, "--threads-per-rank") == 0)
@@ -345,8 +356,8 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
         } else if (strcmp(a, "--webhook-secret-prefix") == 0) {
             o->webhook_policy.secret_prefix = v;
             if (!v[0]) {
-                fprintf(stderr, "ztraind: --webhook-secret-prefix must not be empty: it would "
-                        "grant jobs every variable of ztraind's environment\n");
+                zt_oplog(ZT_LOG_ERR, "--webhook-secret-prefix must not be empty: it would "
+                         "grant jobs every variable of ztraind's environment\n");
                 rc = -1;
             }
         }
@@ -361,16 +372,16 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
             o->restart_backoff_s = strtod(v, &end);
             if (end == v || *end || !(o->restart_backoff_s >= 0.01 &&
                                       o->restart_backoff_s <= 300)) {
-                fprintf(stderr, "ztraind: --restart-backoff expects seconds in [0.01, 300], got "
-                        "'%s'\n", v);
+                zt_oplog(ZT_LOG_ERR, "--restart-backoff expects seconds in [0.01, 300], got "
+                         "'%s'\n", v);
                 rc = -1;
             }
         } else if (strcmp(a, "--grace") == 0) {
             char *end;
             o->grace_s = strtod(v, &end);
             if (end == v || *end || !(o->grace_s > 0 && o->grace_s < 86400)) {
-                fprintf(stderr, "ztraind: --grace expects seconds in (0, 86400), got '%s'\n%s",
-                        v, usage_hint);
+                zt_oplog(ZT_LOG_ERR, "--grace expects seconds in (0, 86400), got '%s'\n%s",
+                         v, usage_hint);
                 rc = -1;
             }
         } else {
@@ -385,32 +396,33 @@ static int parse_args(int argc, char **argv, char **origins, options *o, int *ba
     }
     if (o->webhook && strncmp(o->webhook, "http://", 7) != 0 &&
         strncmp(o->webhook, "https://", 8) != 0) {
-        fprintf(stderr, "ztraind: --webhook expects an http:// or https:// URL, got '%s'\n",
-                o->webhook);
+        zt_oplog(ZT_LOG_ERR, "--webhook expects an http:// or https:// URL, got '%s'\n",
+                 o->webhook);
         return -1;
     }
     o->webhook_policy.operator_secret_env = o->webhook_secret_env;
     const char *secret = o->webhook_secret_env ? getenv(o->webhook_secret_env) : NULL;
     if (o->webhook_secret_env && (!secret || !*secret)) {
-        fprintf(stderr, "ztraind: --webhook-secret-env: $%s is not set\n", o->webhook_secret_env);
+        zt_oplog(ZT_LOG_ERR, "--webhook-secret-env: $%s is not set\n", o->webhook_secret_env);
         return -1;
     }
     if (strcmp(o->launcher, "local") != 0 && strcmp(o->launcher, "slurm") != 0) {
-        fprintf(stderr, "ztraind: --launcher expects 'local' or 'slurm', got '%s'\n", o->launcher);
+        zt_oplog(ZT_LOG_ERR, "--launcher expects 'local' or 'slurm', got '%s'\n", o->launcher);
         return -1;
     }
     if (strcmp(o->launcher, "slurm") != 0 && (o->slurm_partition || o->metrics_host)) {
-        fprintf(stderr, "ztraind: --slurm-partition and --metrics-host need --launcher slurm\n");
+        zt_oplog(ZT_LOG_ERR, "--slurm-partition and --metrics-host need --launcher slurm\n");
         return -1;
     }
     if (!o->tls_cert != !o->tls_key) {
-        fprintf(stderr, "ztraind: %s needs %s too: a certificate and its key come together\n",
-                o->tls_cert ? "--tls-cert" : "--tls-key", o->tls_cert ? "--tls-key" : "--tls-cert");
+        zt_oplog(ZT_LOG_ERR, "%s needs %s too: a certificate and its key come together\n",
+                 o->tls_cert ? "--tls-cert" : "--tls-key",
+                 o->tls_cert ? "--tls-key" : "--tls-cert");
         return -1;
     }
     if (o->tls_client_ca && !o->tls_cert) {
-        fprintf(stderr, "ztraind: --tls-client-ca needs --tls-cert and --tls-key: client "
-                        "certificates are checked in the server's TLS handshake\n");
+        zt_oplog(ZT_LOG_ERR, "--tls-client-ca needs --tls-cert and --tls-key: client "
+                             "certificates are checked in the server's TLS handshake\n");
         return -1;
     }
     return 0;
@@ -444,14 +456,14 @@ typedef struct {
 static int slurm_setup(const options *o, slurm_paths *p, zt_slurm_config *cfg) {
     if (!find_in_path("srun", p->srun, sizeof p->srun) ||
         !find_in_path("scancel", p->scancel, sizeof p->scancel)) {
-        fprintf(stderr, "ztraind: --launcher slurm needs srun and scancel in PATH (Debian: apt "
-                        "install slurm-client)\n");
+        zt_oplog(ZT_LOG_ERR, "--launcher slurm needs srun and scancel in PATH (Debian: apt "
+                             "install slurm-client)\n");
         return -1;
     }
     bool setpriv = find_in_path("setpriv", p->setpriv, sizeof p->setpriv);
     if (!setpriv)
-        fprintf(stderr, "ztraind: warning: setpriv (util-linux) is not in PATH: a ztraind that "
-                        "dies leaves its sruns running until it is restarted\n");
+        zt_oplog(ZT_LOG_WARNING, "warning: setpriv (util-linux) is not in PATH: a ztraind that "
+                                 "dies leaves its sruns running until it is restarted\n");
     *cfg = (zt_slurm_config){.srun = p->srun, .scancel = p->scancel,
                              .setpriv = setpriv ? p->setpriv : NULL,
                              .partition = o->slurm_partition,
@@ -466,10 +478,10 @@ static int slurm_setup(const options *o, slurm_paths *p, zt_slurm_config *cfg) {
 static int check_metrics_host(const options *o, char **argv, char **origins) {
     zt_metrics_listener *l = NULL;
     if (zt_metrics_listener_create(&l, o->metrics_host) != ZT_OK) {
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "%s\n", zt_last_error());
         int at = o->metrics_host_arg;
         if (origins[at])
-            fprintf(stderr, "ztraind: (%s came from %s)\n", argv[at], origins[at]);
+            zt_oplog(ZT_LOG_ERR, "(%s came from %s)\n", argv[at], origins[at]);
         return -1;
     }
     zt_metrics_listener_destroy(l);
@@ -482,7 +494,7 @@ static int split_addr(const char *addr, char *host, size_t size, int *port) {
     char *end;
     long p = colon ? strtol(colon + 1, &end, 10) : -1;
     if (!colon || colon == addr || *end || p < 0 || p > 65535 || (size_t)(colon - addr) >= size) {
-        fprintf(stderr, "ztraind: --http-addr expects HOST:PORT, got '%s'\n", addr);
+        zt_oplog(ZT_LOG_ERR, "--http-addr expects HOST:PORT, got '%s'\n", addr);
         return -1;
     }
     memcpy(host, addr, (size_t)(colon - addr));
@@ -534,9 +546,9 @@ static int check_listen(const char *flag, const char *addr) {
     freeaddrinfo(res);
     if (taken || !in_use)
         return 0;
-    fprintf(stderr, "ztraind: %s %s: cannot listen there: the address is in use (another ztraind "
-                    "or another program listens on it); choose another port, or stop that "
-                    "program\n", flag, addr);
+    zt_oplog(ZT_LOG_ERR, "%s %s: cannot listen there: the address is in use (another ztraind "
+                         "or another program listens on it); choose another port, or stop that "
+                         "program\n", flag, addr);
     return -1;
 }
 
@@ -559,8 +571,8 @@ static long raise_fd_limit(long *was) {
         if (setrlimit(RLIMIT_NOFILE, &want) == 0)
             rl.rlim_cur = want.rlim_cur;
         else
-            fprintf(stderr, "ztraind: warning: cannot raise the open-file limit from %ld: %s\n",
-                    *was, strerror(errno));
+            zt_oplog(ZT_LOG_WARNING, "warning: cannot raise the open-file limit from %ld: %s\n",
+                     *was, strerror(errno));
     }
     return rl.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)rl.rlim_cur;
 }
@@ -595,14 +607,14 @@ static void default_worker(char *buf, size_t size) {
 static void describe_gpus(int gpus) {
     zt_gpu_props p;
     if (gpus == 0 || zt_gpu_props_get(0, &p) != ZT_OK) {
-        printf("ztraind: gpus: %d (%s)\n", gpus,
-               zt_gpu_built() ? "device \"cuda\" jobs are refused" : "built without CUDA");
+        zt_oplog(ZT_LOG_INFO, "gpus: %d (%s)\n", gpus,
+                 zt_gpu_built() ? "device \"cuda\" jobs are refused" : "built without CUDA");
         return;
     }
     const char *label;
     zt_gpu_peak_bf16(p.name, p.major, p.minor, &label);
-    printf("ztraind: gpus: %d of %d visible, %s (compute capability %d.%d), MFU peak %s\n", gpus,
-           zt_gpu_count(), p.name, p.major, p.minor, label);
+    zt_oplog(ZT_LOG_INFO, "gpus: %d of %d visible, %s (compute capability %d.%d), MFU peak %s\n",
+             gpus, zt_gpu_count(), p.name, p.major, p.minor, label);
 }
 
 /* One daemon per state directory: a second would take the first's running jobs for orphans of
@@ -614,7 +626,7 @@ static int lock_state_dir(const char *dir) {
     snprintf(path, sizeof path, "%s/ztraind.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
-        fprintf(stderr, "ztraind: --state-dir %s: %s: %s\n", dir, path, strerror(errno));
+        zt_oplog(ZT_LOG_ERR, "--state-dir %s: %s: %s\n", dir, path, strerror(errno));
         return -1;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -623,19 +635,19 @@ static int lock_state_dir(const char *dir) {
         if (n > 0)
             pid[strcspn(pid, "\n")] = '\0';
         if (n > 0)
-            fprintf(stderr, "ztraind: --state-dir %s is in use by another ztraind (pid %s, "
-                            "%s): one daemon per state directory\n", dir, pid, path);
+            zt_oplog(ZT_LOG_ERR, "--state-dir %s is in use by another ztraind (pid %s, "
+                                 "%s): one daemon per state directory\n", dir, pid, path);
         else
-            fprintf(stderr, "ztraind: --state-dir %s: cannot lock %s: %s\n", dir, path,
-                    errno == EWOULDBLOCK ? "held by another ztraind" : strerror(errno));
+            zt_oplog(ZT_LOG_ERR, "--state-dir %s: cannot lock %s: %s\n", dir, path,
+                     errno == EWOULDBLOCK ? "held by another ztraind" : strerror(errno));
         close(fd);
         return -1;
     }
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
-        fprintf(stderr, "ztraind: warning: %s: cannot write this daemon's pid: %s\n", path,
-                strerror(errno));
+        zt_oplog(ZT_LOG_WARNING, "warning: %s: cannot write this daemon's pid: %s\n", path,
+                 strerror(errno));
     return fd;
 }
 
@@ -648,8 +660,8 @@ static void remove_what_start_made(const char *state_dir, bool made_state, const
                           made_state ? state_dir : NULL};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
         if (dirs[i] && zt_remove_tree(dirs[i]) != ZT_OK)
-            fprintf(stderr, "ztraind: cannot remove %s, which this start made: %s\n", dirs[i],
-                    zt_last_error());
+            zt_oplog(ZT_LOG_ERR, "cannot remove %s, which this start made: %s\n", dirs[i],
+                     zt_last_error());
 }
 
 int main(int argc, char **argv) {
@@ -666,7 +678,7 @@ int main(int argc, char **argv) {
         return 2;
     if (parse_args(argc, argv, origins, &o, &bad) != 0) {
         if (bad > 0 && origins[bad])
-            fprintf(stderr, "ztraind: (%s came from %s)\n", argv[bad], origins[bad]);
+            zt_oplog(ZT_LOG_ERR, "(%s came from %s)\n", argv[bad], origins[bad]);
         return 2;
     }
     bool slurm = strcmp(o.launcher, "slurm") == 0;
@@ -690,17 +702,18 @@ int main(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    hangup_to_journal = zt_oplog_to_journal(STDERR_FILENO);
     struct sigaction hup = {.sa_handler = on_hangup, .sa_flags = SA_RESTART};
     sigemptyset(&hup.sa_mask);
     sigaction(SIGHUP, &hup, NULL);
     signal(SIGPIPE, SIG_IGN);
     /* Unless GRPC_VERBOSITY or GRPC_TRACE asks for gRPC's own log as it is. */
     if (!getenv("GRPC_VERBOSITY") && !getenv("GRPC_TRACE"))
-        zt_grpc_log_limit("ztraind", 20);
+        zt_grpc_log_limit(log_grpc_line, 20);
 
     zt_auth_tokens *token = NULL;
     if (zt_auth_load_tokens(o.token_file, &token) != ZT_OK) {
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "%s\n", zt_last_error());
         return 1;
     }
     /* Before the job manager starts queued jobs: a TLS file at fault stops ztraind at once. */
@@ -708,7 +721,7 @@ int main(int argc, char **argv) {
     if (zt_tls_load(&tls, (zt_tls_file){o.tls_cert, "--tls-cert"},
                     (zt_tls_file){o.tls_key, "--tls-key"},
                     (zt_tls_file){o.tls_client_ca, "--tls-client-ca"}) != ZT_OK) {
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "%s\n", zt_last_error());
         zt_auth_tokens_free(token);
         return 1;
     }
@@ -725,7 +738,7 @@ int main(int argc, char **argv) {
     else
         default_worker(worker, sizeof worker);
     if (access(worker, X_OK) != 0) {
-        fprintf(stderr, "ztraind: the worker program %s: %s\n", worker, strerror(errno));
+        zt_oplog(ZT_LOG_ERR, "the worker program %s: %s\n", worker, strerror(errno));
         zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         return 1;
@@ -742,7 +755,7 @@ int main(int argc, char **argv) {
     bool made_data = !zt_path_exists(data_root), made_runs = !zt_path_exists(runs_root);
     bool made_state = mkdir(o.state_dir, 0700) == 0;
     if (!made_state && errno != EEXIST) {
-        fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, strerror(errno));
+        zt_oplog(ZT_LOG_ERR, "--state-dir %s: %s\n", o.state_dir, strerror(errno));
         zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         return 1;
@@ -756,7 +769,7 @@ int main(int argc, char **argv) {
     /* Made once per state directory, with the directory locked: tokens outlive a restart. */
     zt_page_key page_key;
     if (zt_page_key_load(&page_key, o.state_dir) != ZT_OK) {
-        fprintf(stderr, "ztraind: --state-dir %s: %s\n", o.state_dir, zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "--state-dir %s: %s\n", o.state_dir, zt_last_error());
         zt_auth_tokens_free(token);
         zt_tls_pem_free(&tls);
         close(state_lock);
@@ -768,8 +781,8 @@ int main(int argc, char **argv) {
     zt_host_memory hm = {0};
     const char *host_name = NULL;
     if (!slurm && zt_host_memory_read(&hm) != ZT_OK)
-        fprintf(stderr, "ztraind: warning: %s; jobs are admitted by --max-rank-memory and "
-                        "--max-job-memory alone\n", zt_last_error());
+        zt_oplog(ZT_LOG_WARNING, "warning: %s; jobs are admitted by --max-rank-memory and "
+                                 "--max-job-memory alone\n", zt_last_error());
     else if (!slurm)
         host_name = hm.cgroup_limited ? "this host's memory as ztraind's memory cgroup limits it"
                                       : "this host's memory (MemTotal)";
@@ -810,7 +823,7 @@ int main(int argc, char **argv) {
     zt_http_server *http = NULL;
     int rc = 1;
     if (zt_jobs_create(&jm, &jc) != ZT_OK) {
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "%s\n", zt_last_error());
         goto out;
     }
     zt_inject_listen_race();
@@ -820,7 +833,7 @@ int main(int argc, char **argv) {
                                 .idle_timeout_ms = (int)o.idle_timeout_s * 1000, .tls = &tls,
                                 .page_key = &page_key};
     if (zt_grpc_server_create(&grpc, &gc, jm) != ZT_OK) {
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "%s\n", zt_last_error());
         goto out;
     }
     zt_http_config hc = {.host = host, .port = http_port, .tokens = token, .web_dir = o.web_dir,
@@ -832,7 +845,7 @@ int main(int argc, char **argv) {
                          .idle_timeout_s = (unsigned)o.idle_timeout_s, .tls = &tls,
                          .metrics_window_s = o.metrics_window_s, .page_key = &page_key};
     if (zt_http_start(&http, &hc, jm) != ZT_OK) {
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_oplog(ZT_LOG_ERR, "%s\n", zt_last_error());
         goto out;
     }
     char grpc_host[256];
@@ -840,22 +853,22 @@ int main(int argc, char **argv) {
     char *colon = strrchr(grpc_host, ':');
     if (colon)
         *colon = '\0';
-    printf("ztraind: limits: open files %ld (was %ld), grpc connections %ld, http connections "
-           "%ld, header timeout %ld s, idle timeout %ld s\n",
-           fd_limit, fd_limit_was, o.max_grpc_conns, o.max_http_conns, o.header_timeout_s,
-           o.idle_timeout_s);
+    zt_oplog(ZT_LOG_INFO, "limits: open files %ld (was %ld), grpc connections %ld, http "
+             "connections %ld, header timeout %ld s, idle timeout %ld s\n",
+             fd_limit, fd_limit_was, o.max_grpc_conns, o.max_http_conns, o.header_timeout_s,
+             o.idle_timeout_s);
     describe_gpus(jc.gpus);
     /* One line that scripts (and the tests) read to learn the ports that were picked. */
-    printf("ztraind: ready grpc=%s:%d http=%s://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
-           "launcher=%s%s%s\n",
-           grpc_host, zt_grpc_server_port(grpc), tls.cert ? "https" : "http", host,
-           zt_http_port(http), db, zt_jobs_get_config(jm)->data_root,
-           zt_jobs_get_config(jm)->runs_root, o.max_ranks, o.launcher,
-           token ? " auth=bearer" : "", tls.ca ? " tls=mutual" : tls.cert ? " tls=on" : "");
+    zt_oplog(ZT_LOG_INFO, "ready grpc=%s:%d http=%s://%s:%d state=%s data=%s runs=%s max_ranks=%ld "
+             "launcher=%s%s%s\n",
+             grpc_host, zt_grpc_server_port(grpc), tls.cert ? "https" : "http", host,
+             zt_http_port(http), db, zt_jobs_get_config(jm)->data_root,
+             zt_jobs_get_config(jm)->runs_root, o.max_ranks, o.launcher,
+             token ? " auth=bearer" : "", tls.ca ? " tls=mutual" : tls.cert ? " tls=on" : "");
     fflush(stdout);
 
     zt_grpc_server_run(grpc, &stop_requested);
-    printf("ztraind: stopping: running jobs are cancelled with a checkpoint\n");
+    zt_oplog(ZT_LOG_INFO, "stopping: running jobs are cancelled with a checkpoint\n");
     fflush(stdout);
     rc = 0;
 out:
@@ -869,7 +882,7 @@ out:
     zt_tls_pem_free(&tls);
     close(state_lock);
     if (rc == 0)
-        printf("ztraind: stopped\n");
+        zt_oplog(ZT_LOG_INFO, "stopped\n");
     else if (!grpc || !http)
         remove_what_start_made(o.state_dir, made_state, data_root, made_data, runs_root,
                                made_runs);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "grpc_server_internal.h"
+#include "daemon/oplog.h"
 
 /* A wildcard address may give gRPC one socket for IPv6 and one for IPv4. */
 #define MAX_LISTENERS 4
@@ -140,11 +141,11 @@ static void log_refusals_locked(void) {
         return;
     g.last_log_ms = now;
     if (g.refused_bound)
-        fprintf(stderr, "ztraind: grpc: refused %ld connection(s): %d are open, which is the bound "
-                        "(--max-grpc-connections)\n", g.refused_bound, g.n_open);
+        zt_oplog(ZT_LOG_WARNING, "grpc: refused %ld connection(s): %d are open, which is the bound "
+                                 "(--max-grpc-connections)\n", g.refused_bound, g.n_open);
     if (g.refused_fds)
-        fprintf(stderr, "ztraind: grpc: refused %ld connection(s): the process is out of file "
-                        "descriptors\n", g.refused_fds);
+        zt_oplog(ZT_LOG_WARNING, "grpc: refused %ld connection(s): the process is out of file "
+                                 "descriptors\n", g.refused_fds);
     g.refused_bound = g.refused_fds = 0;
 }
 

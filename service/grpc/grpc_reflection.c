@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "google/protobuf/descriptor.pb-c.h"
+#include "daemon/oplog.h"
 #include "grpc/reflection/v1/reflection.pb-c.h"
 #include "grpc_server_internal.h"
 
@@ -122,7 +123,7 @@ static void build_index(void) {
         uint64_t key, len;
         if (!read_varint(&p, end, &key) || key != ((1 << 3) | 2) || !read_varint(&p, end, &len) ||
             len > (uint64_t)(end - p)) {
-            fprintf(stderr, "ztraind: grpc reflection: the embedded descriptor set is damaged\n");
+            zt_oplog(ZT_LOG_ERR, "grpc reflection: the embedded descriptor set is damaged\n");
             return;
         }
         Google__Protobuf__FileDescriptorProto *fd =
@@ -131,7 +132,7 @@ static void build_index(void) {
         if (!fd || !grown) {
             if (fd)
                 google__protobuf__file_descriptor_proto__free_unpacked(fd, NULL);
-            fprintf(stderr, "ztraind: grpc reflection: cannot read the descriptor set\n");
+            zt_oplog(ZT_LOG_ERR, "grpc reflection: cannot read the descriptor set\n");
             return;
         }
         idx.files = grown;

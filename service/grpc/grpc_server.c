@@ -33,6 +33,7 @@
 #include <grpc/support/time.h>
 
 #include "api/auth.h"
+#include "daemon/oplog.h"
 #include "grpc_server.h"
 #include "grpc_server_internal.h"
 #include "api/grpc_util.h"
@@ -62,8 +63,8 @@
 static bool start_batch(call *c, const grpc_op *ops, size_t n, tag *t) {
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, t, NULL);
     if (e != GRPC_CALL_OK) {
-        fprintf(stderr, "ztraind: grpc: starting a batch failed: %s\n",
-                grpc_call_error_to_string(e));
+        zt_oplog(ZT_LOG_ERR, "grpc: starting a batch failed: %s\n",
+                 grpc_call_error_to_string(e));
         grpc_call_cancel(c->call, NULL);
         return false;
     }
@@ -337,7 +338,7 @@ static void call_free(call *c) {
 static void post_request(zt_grpc_server *s, method_id m) {
     call *c = calloc(1, sizeof *c);
     if (!c) {
-        fprintf(stderr, "ztraind: grpc: out of memory posting a request\n");
+        zt_oplog(ZT_LOG_ERR, "grpc: out of memory posting a request\n");
         return;
     }
     s->n_calls++;
@@ -364,8 +365,8 @@ static void post_request(zt_grpc_server *s, method_id m) {
                                                 s->cq, s->cq, &c->t_new);
     }
     if (e != GRPC_CALL_OK) {
-        fprintf(stderr, "ztraind: grpc: posting a request failed: %s\n",
-                grpc_call_error_to_string(e));
+        zt_oplog(ZT_LOG_ERR, "grpc: posting a request failed: %s\n",
+                 grpc_call_error_to_string(e));
         call_free(c);
     }
 }

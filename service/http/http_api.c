@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "api/api_ops.h"
+#include "daemon/oplog.h"
 #include "api/auth.h"
 #include "http_internal.h"
 
@@ -405,15 +406,16 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     pthread_mutex_lock(&mu);
     if (now - window_start >= 60000) {
         if (dropped)
-            fprintf(stderr, "ztraind: http: %d more messages were not logged\n", dropped);
+            zt_oplog(ZT_LOG_WARNING, "http: %d more messages were not logged\n", dropped);
         window_start = now;
         in_window = dropped = 0;
     }
     bool show = in_window++ < ZT_HTTP_LOG_BURST;
     dropped += !show;
     if (show) {
-        fputs("ztraind: http: ", stderr);
-        vfprintf(stderr, fmt, ap);
+        char text[1024];
+        vsnprintf(text, sizeof text, fmt, ap);
+        zt_oplog(ZT_LOG_WARNING, "http: %s", text);
     }
     pthread_mutex_unlock(&mu);
 }

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,6 +92,18 @@ zt_status zt_sup_open_pipe(int fds[2]) {
     return ZT_OK;
 }
 
+void zt_sup_warn(zt_supervisor *s, const char *fmt, ...) {
+    char text[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (s->cb.warning)
+        s->cb.warning(s->ctx, text);
+    else
+        fprintf(stderr, "ztraind: %s\n", text);
+}
+
 /* Kills and reaps whatever a half-started group has running, then frees it; nothing of it may
  * outlive the failed start. */
 static zt_status abandon_group(zt_rank_group *g, zt_status st) {
@@ -106,7 +119,8 @@ static zt_status abandon_group(zt_rank_group *g, zt_status st) {
 
 /* The local ranks: one zt_rank_spawn each, with the whitelist environment and the torchrun
  * identity, stdout and stderr on pipes, and rank 0's metrics pipe as its fd 3. */
-static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t *pids) {
+static zt_status start_local(zt_supervisor *s, const zt_group_spec *spec, zt_rank_group *g,
+                             pid_t *pids) {
     /* Unique on the host even with several daemons: the shm backend names its segment after it. */
     char run_id[160];
     snprintf(run_id, sizeof run_id, "ztraind%ld-%s", (long)getpid(), spec->run_id);
@@ -122,8 +136,8 @@ static zt_status start_local(const zt_group_spec *spec, zt_rank_group *g, pid_t 
     snprintf(job_var, sizeof job_var, "ZTRAIN_JOB_ID=%s", spec->job_id ? spec->job_id : "");
     /* Without a record the job runs all the same: only the clean-up after a SIGKILL is lost. */
     if (zt_rank_record_init(&g->record) != ZT_OK)
-        fprintf(stderr, "ztraind: warning: %s; a rank killed with SIGKILL will leave its NVMe "
-                        "offload directory behind\n", zt_last_error());
+        zt_sup_warn(s, "warning: %s; a rank killed with SIGKILL will leave its NVMe offload "
+                    "directory behind", zt_last_error());
     const char *extra[3] = {NULL}, **x = extra;
     if (spec->job_id)
         *x++ = job_var;
@@ -180,7 +194,7 @@ zt_status zt_supervisor_start_group(zt_supervisor *s, const zt_group_spec *spec,
     if (!g)
         return zt_error(ZT_ERR_NOMEM, "out of memory starting %d ranks", spec->world_size);
     g->fail_grace_s = spec->fail_grace_s;
-    zt_status st = spec->slurm ? zt_sup_start_slurm(spec, g, pids) : start_local(spec, g, pids);
+    zt_status st = spec->slurm ? zt_sup_start_slurm(spec, g, pids) : start_local(s, spec, g, pids);
     if (st != ZT_OK)
         return abandon_group(g, st);
     g->next = s->groups;

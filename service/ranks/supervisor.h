@@ -73,6 +73,10 @@ typedef struct {
     void (*launch_event)(void *group_ctx, zt_launch_event event, const char *text);
     /* Every rank is reaped and the pipes are drained. The group is freed after this returns. */
     void (*group_ended)(void *group_ctx, const zt_group_end *end);
+    /* A problem for the operator that no job's log holds (a scancel that failed, a clean-up
+     * that will not happen): one message, no newline, for the daemon's own log. NULL: written
+     * to stderr. */
+    void (*warning)(void *ctx, const char *text);
 } zt_supervisor_callbacks;
 
 typedef struct {

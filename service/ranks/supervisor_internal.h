@@ -108,6 +108,8 @@ static inline bool zt_sup_rank_failed(int exit_code, int sig) {
 void zt_sup_signal_group(zt_rank_group *g, int sig);
 /* A close-on-exec pipe whose read end is non-blocking. */
 zt_status zt_sup_open_pipe(int fds[2]);
+/* Hands a message to cb.warning (printf-style, no newline). */
+void zt_sup_warn(zt_supervisor *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Reads what the pipe has and hands on complete lines; EOF closes it. */
 void zt_sup_read_pipe(zt_supervisor *s, zt_rank_group *g, line_pipe *p);
 

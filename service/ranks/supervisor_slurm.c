@@ -97,17 +97,16 @@ zt_status zt_sup_start_slurm(const zt_group_spec *spec, zt_rank_group *g, pid_t 
 /* scancel and other commands of the supervisor's own                                          */
 
 /* Starts argv in the background; its end is reaped by the loop, and a failure is reported on
- * ztraind's stderr with what it printed. */
+ * ztraind's log (as a warning) with what it printed. */
 static void run_helper(zt_supervisor *s, char **argv) {
     if (!argv) {
-        fprintf(stderr, "ztraind: out of memory running scancel\n");
+        zt_sup_warn(s, "out of memory running scancel");
         return;
     }
     helper *h = calloc(1, sizeof *h);
     int err_p[2] = {-1, -1};
     if (!h || zt_sup_open_pipe(err_p) != ZT_OK) {
-        fprintf(stderr, "ztraind: cannot run %s: %s\n", argv[0],
-                h ? zt_last_error() : "out of memory");
+        zt_sup_warn(s, "cannot run %s: %s", argv[0], h ? zt_last_error() : "out of memory");
         free(h);
         zt_slurm_argv_free(argv);
         return;
@@ -122,7 +121,7 @@ static void run_helper(zt_supervisor *s, char **argv) {
     close(err_p[1]);
     zt_slurm_argv_free(argv);
     if (st != ZT_OK) {
-        fprintf(stderr, "ztraind: %s\n", zt_last_error());
+        zt_sup_warn(s, "%s", zt_last_error());
         close(err_p[0]);
         free(h);
         return;
@@ -141,8 +140,8 @@ void zt_sup_reap_helper(zt_supervisor *s, helper *h) {
     buf[k > 0 ? k : 0] = '\0';
     buf[strcspn(buf, "\n")] = '\0';
     if (si.si_code != CLD_EXITED || si.si_status != 0)
-        fprintf(stderr, "ztraind: `%s` failed (%s %d): %s\n", h->what,
-                si.si_code == CLD_EXITED ? "status" : "signal", si.si_status, buf);
+        zt_sup_warn(s, "`%s` failed (%s %d): %s", h->what,
+                    si.si_code == CLD_EXITED ? "status" : "signal", si.si_status, buf);
     close(h->err_fd);
     close(h->pidfd);
     for (helper **link = &s->helpers; *link; link = &(*link)->next)
