@@ -171,10 +171,19 @@ try:
     ck.check(rc == 0, f"export --hf --max-shard-size {SHARD}: exit {rc} {out.strip()} {err.strip()[-300:]}")
     files = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else []
     shards = shards_of(out_dir)
-    ck.check(len(shards) > 1 and "config.json" in files and "model.safetensors.index.json" in files
-             and len(files) == len(shards) + 2,
-             f"the directory holds config.json, the index and {len(shards)} shards, nothing else "
+    # save_pretrained writes a generation_config.json beside the model; export carries the
+    # source directory's along, unchanged (docs/huggingface.md).
+    gen = "generation_config.json"
+    has_gen = os.path.exists(os.path.join(src_dir, gen))
+    meta = ["config.json", "model.safetensors.index.json"] + ([gen] if has_gen else [])
+    ck.check(len(shards) > 1 and all(f in files for f in meta)
+             and len(files) == len(shards) + len(meta),
+             f"the directory holds {', '.join(meta)} and {len(shards)} shards, nothing else "
              f"(no temporary files): {files}")
+    if has_gen and gen in files:
+        ck.check(json.load(open(os.path.join(out_dir, gen))) ==
+                 json.load(open(os.path.join(src_dir, gen))),
+                 "generation_config.json is the source directory's")
     ck.check(not glob.glob(out_dir + ".tmp*"), "no temporary directory is left beside it")
     if rc == 0:
         index = json.load(open(os.path.join(out_dir, "model.safetensors.index.json")))
@@ -233,10 +242,11 @@ try:
     single = os.path.join(top, "single")
     os.makedirs(single)  # an empty directory may be the target: it is replaced
     rc, out, err = ztrain(["export", ckpt, "--hf", single])
-    ck.check(rc == 0 and sorted(os.listdir(single)) == ["config.json", "model.safetensors"]
+    ck.check(rc == 0 and sorted(os.listdir(single)) ==
+             sorted(["config.json", "model.safetensors"] + ([gen] if has_gen else []))
              and "1 shard" in out,
-             f"export --hf with the default 5GB shards into an empty directory: config.json and "
-             f"model.safetensors only "
+             f"export --hf with the default 5GB shards into an empty directory: config.json, "
+             f"model.safetensors{' and ' + gen if has_gen else ''} only "
              f"({sorted(os.listdir(single)) if os.path.isdir(single) else err.strip()})")
     if rc == 0:
         with torch.no_grad():

@@ -163,7 +163,7 @@ class Daemon:
         atexit.register(self.kill)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            text = self.log()[start_offset:]
+            text = self.log(start_offset)
             m = re.search(r"ztraind: ready grpc=\S+:(\d+) http=https?://\S+:(\d+)", text)
             if m:
                 self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
@@ -174,9 +174,11 @@ class Daemon:
         self.kill()
         raise RuntimeError(f"ztraind did not get ready in {timeout} s:\n{self.log()}")
 
-    def log(self):
-        with open(self.log_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+    def log(self, offset=0):
+        """The daemon's log from byte `offset` on (a byte offset: its lines hold UTF-8 names)."""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", errors="replace")
 
     def sanitizer_errors(self):
         """The first lines of any AddressSanitizer, LeakSanitizer or UBSan report in the log (in
