@@ -92,8 +92,10 @@ with tempfile.TemporaryDirectory() as d:
         ck.check(rec["perf/straggler_rank"] == 1, f"step {s}: straggler is rank 1 (compute {c1:.1f} vs {c0:.1f} ms)")
         ck.check(rec["perf/rank1/data_ms"] >= 2 * 100, f"step {s}: rank 1 waited {rec['perf/rank1/data_ms']:.1f} ms for 2 batches of 100 ms")
         # Rank 0 waits in the collectives for the slowed rank, not the other way round (how long
-        # depends on the machine's load, so only the order is checked).
-        ck.check(rec["perf/rank0/comm_ms"] > rec["perf/rank1/comm_ms"],
+        # depends on the machine's load, so only the order is checked). The first step is left
+        # out: it carries start-up costs that are not the injected delay, and in a sanitizer
+        # build they made rank 1 wait longer there (121.5 ms against rank 0's 102.8).
+        ck.check(s == 1 or rec["perf/rank0/comm_ms"] > rec["perf/rank1/comm_ms"],
                  f"step {s}: rank 0 waited {rec['perf/rank0/comm_ms']:.1f} ms in collectives, "
                  f"rank 1 {rec['perf/rank1/comm_ms']:.1f} ms")
         ck.check(rec["perf/straggler_compute_ms"] == max(c0, c1)

@@ -519,6 +519,12 @@ with tempfile.TemporaryDirectory() as d:
         ("a list grown by +", "{% set ns = namespace(l=[1]) %}{% for i in " + LETTERS +
          " %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}"),
     ]
+    cache = os.path.join(os.environ.get("ZTRAIN_BUILD", "build"), "CMakeCache.txt")
+    if os.path.exists(cache) and "ZT_SANITIZE:BOOL=ON" in open(cache).read():
+        # AddressSanitizer reserves terabytes of shadow address space, so no address-space
+        # limit can hold it; the bound is checked in the plain build.
+        print("skip  values grown in a loop (sanitizer build: no address-space limit)")
+        GROWN = []
     for what, template in GROWN:
         with open(f"{d}/tokenizer_config.json", "w") as f:
             json.dump({"chat_template": template, "eos_token": "</s>"}, f)
