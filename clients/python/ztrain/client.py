@@ -243,6 +243,16 @@ class Client:
         message, as the server has it now; NotFound naming jobs/ID when there is none."""
         return self._call("GetJob", build(pb.GetJobRequest, id=_id(job_id)))
 
+    def _pages(self, method: str, request, items: str) -> Iterator:
+        """The `items` of every page `method` answers for `request`, fetched as they are read
+        (the request's page_token follows each page's next_page_token)."""
+        while True:
+            page = self._call(method, request)
+            yield from getattr(page, items)
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
+
     def list(self, state: Union[str, int, None] = None,
              page_size: int = 0) -> Iterator["pb.Job"]:
         """Every job (or every job in `state`), newest first, fetched page by page. state is a
@@ -250,16 +260,7 @@ class Client:
         name ("RUNNING", any case); None or 0 is every state. Anything else raises
         InvalidArgument naming `state` at the call, before any request."""
         request = build(pb.ListJobsRequest, state=_state_value(state), page_size=page_size)
-
-        def pages():
-            while True:
-                page = self._call("ListJobs", request)
-                yield from page.jobs
-                if not page.next_page_token:
-                    return
-                request.page_token = page.next_page_token
-
-        return pages()
+        return self._pages("ListJobs", request, "jobs")
 
     def cancel(self, job_id: str, force: bool = False, grace_seconds: float = 0) -> "pb.Job":
         """Graceful by default (the ranks checkpoint and stop); force kills at once."""
@@ -331,16 +332,7 @@ class Client:
         """The job's anomaly events, oldest first, fetched page by page. Bad arguments raise
         InvalidArgument at the call, before any request, as list()'s do."""
         request = build(pb.ListAnomaliesRequest, id=_id(job_id), page_size=page_size)
-
-        def pages():
-            while True:
-                page = self._call("ListAnomalies", request)
-                yield from page.anomalies
-                if not page.next_page_token:
-                    return
-                request.page_token = page.next_page_token
-
-        return pages()
+        return self._pages("ListAnomalies", request, "anomalies")
 
     def webhook_deliveries(self, job_id: str, page_size: int = 0) -> List["pb.WebhookDelivery"]:
         """The job's newest webhook delivery attempts (page_size of them; 0: up to 10,000),
