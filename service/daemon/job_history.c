@@ -2,6 +2,8 @@
  * (job_history.h). */
 #include "job_history.h"
 
+#include "ztrain/metrics.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,13 +95,12 @@ static int64_t note_values(zt_job_history *h, const cJSON *obj, int64_t default_
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(obj, "train/global_step");
     int64_t step = cJSON_IsNumber(gs) ? (int64_t)gs->valuedouble : default_step;
     for (const cJSON *it = obj->child; it; it = it->next) {
-        bool number = cJSON_IsNumber(it) && isfinite(it->valuedouble);
-        if (!(number || cJSON_IsNull(it)) || !it->string)
+        double value;
+        if (!it->string || !zt_metrics_value_of(it, &value))
             continue;
         int k = intern_key(h, it->string);
-        if (k < 0)
-            continue;
-        h->last_value[k] = number ? it->valuedouble : NAN;
+        if (k >= 0)
+            h->last_value[k] = value;
     }
     return step;
 }
